@@ -1,0 +1,14 @@
+"""minillm: LLM inference in NumPy, written to be read next to the math.
+
+    import minillm
+    model = minillm.load("weights/target.npz")
+    logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
+"""
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .model import Model, random_model
+from .weights import WeightsError, load, save
+
+__version__ = "0.1.0"
+
+__all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save"]

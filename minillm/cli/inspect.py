@@ -1,0 +1,48 @@
+"""Print a model file's config, parameter count by part, dtypes and size."""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import numpy as np
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model_path", help="a minillm .npz file")
+
+
+def _part(name: str) -> str:
+    """The part of the model a tensor belongs to: embeddings, attention, mlp, norms, head."""
+    if name.startswith(("tok_emb", "pos_emb")):
+        return "embeddings"
+    if name.startswith("lm_head"):
+        return "output layer"
+    if "norm" in name:
+        return "norms"
+    return "attention" if ".attn." in name else "mlp"
+
+
+def run(args) -> int:
+    from ..weights import load
+
+    model = load(args.model_path)
+    cfg = model.config
+    print(f"{args.model_path}  ({os.path.getsize(args.model_path) / 2**20:.2f} MiB on disk)")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key:15s} {value}")
+    counts, nbytes, dtypes = defaultdict(int), 0, defaultdict(int)
+    for name, value in model.params.items():
+        size = int(np.prod(value.shape))
+        counts[_part(name)] += size
+        dtypes[str(value.dtype)] += size
+        nbytes += getattr(value, "nbytes", 0)
+    total = sum(counts.values())
+    print(f"parameters: {total:,}" + ("  (output layer tied to the embedding)"
+                                      if cfg.tie_embeddings else ""))
+    for part, n in counts.items():
+        print(f"  {part:15s} {n:>12,}  {100 * n / total:5.1f}%")
+    print("dtypes: " + ", ".join(f"{d} {n:,}" for d, n in dtypes.items()))
+    print(f"weights in memory: {nbytes / 2**20:.2f} MiB")
+    tok = model.tokenizer
+    print("tokenizer: " + ("none" if tok is None else f"{len(tok)} tokens"))
+    return 0

@@ -1,0 +1,129 @@
+"""Model configuration: the architecture and its sizes, with validation and a JSON round trip."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+ARCHS = ("classic", "modern")
+ACTIVATIONS = {"classic": ("gelu", "gelu_tanh"), "modern": ("silu", "gelu", "gelu_tanh")}
+
+
+@dataclass
+class ModelConfig:
+    """Sizes and choices of a decoder-only transformer.
+
+    arch="classic" is GPT-2 style: learned positions, LayerNorm, GELU MLP, biases, untied head.
+    arch="modern" is Llama style: RoPE, RMSNorm, grouped-query attention, gated MLP (SwiGLU),
+    tied head, no biases. Fields left as None take the architecture's default:
+
+        n_kv_heads      n_heads (plain multi-head attention)
+        d_ff            4 * d_model (classic); about 8/3 * d_model rounded up to 32 (modern)
+        tie_embeddings  False (classic), True (modern)
+        bias            True (classic: every linear and norm), False (modern: q/k/v only)
+        activation      "gelu" (classic, exact erf), "silu" (modern, the gate of SwiGLU)
+    """
+
+    arch: str
+    vocab_size: int
+    context_length: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int | None = None
+    d_ff: int | None = None
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool | None = None
+    bias: bool | None = None
+    activation: str | None = None
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch: unknown architecture {self.arch!r}; expected one of {ARCHS}")
+        classic = self.arch == "classic"
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.d_ff is None and isinstance(self.d_model, int):
+            self.d_ff = 4 * self.d_model if classic else -(-8 * self.d_model // 3 // 32) * 32
+        if self.tie_embeddings is None:
+            self.tie_embeddings = not classic
+        if self.bias is None:
+            self.bias = classic
+        if self.activation is None:
+            self.activation = "gelu" if classic else "silu"
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field that is out of range."""
+        for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads",
+                     "n_kv_heads", "d_ff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        for name in ("norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name}: must be a positive number, got {value!r}")
+        for name in ("tie_embeddings", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads: n_heads={self.n_heads} is not divisible by "
+                             f"n_kv_heads={self.n_kv_heads}")
+        if self.arch == "classic" and self.n_kv_heads != self.n_heads:
+            raise ValueError("n_kv_heads: the classic architecture has no grouped-query "
+                             f"attention, so it must equal n_heads={self.n_heads}")
+        if self.arch == "modern" and self.head_dim % 2:
+            raise ValueError(f"d_model: rotary embeddings need an even head size, got "
+                             f"d_model / n_heads = {self.head_dim}")
+        if self.activation not in ACTIVATIONS[self.arch]:
+            raise ValueError(f"activation: {self.activation!r} is not available for the "
+                             f"{self.arch} architecture; expected one of {ACTIVATIONS[self.arch]}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"config: expected a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.default is dataclasses.MISSING and f.name not in data)
+        if missing:
+            raise ValueError(f"config: missing field(s) {', '.join(missing)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config: not valid JSON ({e})") from None
+        return cls.from_dict(data)
+
+    def n_params(self) -> int:
+        """Number of parameters (the tied output layer counted once)."""
+        D, F, V, L = self.d_model, self.d_ff, self.vocab_size, self.n_layers
+        qkv = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
+        if self.arch == "classic":
+            b = int(self.bias)
+            block = 2 * D * (1 + b) + qkv * D + qkv * b + D * D + D * b + 2 * D * F + F * b + D * b
+            total = V * D + self.context_length * D + L * block + D * (1 + b)
+        else:
+            block = 2 * D + qkv * D + qkv * int(self.bias) + D * D + 3 * D * F
+            total = V * D + L * block + D
+        return total + (0 if self.tie_embeddings else V * D)

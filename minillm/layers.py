@@ -1,0 +1,144 @@
+"""The building blocks of a transformer, as plain functions on NumPy arrays.
+
+Every function keeps the dtype of its input: constants are Python floats, which NumPy 2 treats
+as "weak" scalars, so float32 activations stay float32 (a float64 NumPy scalar would silently
+promote them and make every step several times slower).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x).
+
+    Subtracting the max changes nothing mathematically and keeps exp() from overflowing.
+    Entries of -inf get probability 0; a row must have at least one finite entry.
+    """
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def layer_norm(x, weight, bias, eps: float):
+    """LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, over the last axis."""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    out = centred / np.sqrt(var + eps) * weight
+    if bias is not None:
+        out += bias
+    return out
+
+
+def rms_norm(x, weight, eps: float):
+    """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight, over the last axis (no centring)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+# Chebyshev-fitted coefficients for erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0
+# (Press et al., Numerical Recipes, "erfcc"): relative error below 1.2e-7 for every z >= 0.
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """Complementary error function, erfc(x) = 1 - erf(x), to a relative error below 1.2e-7.
+
+    NumPy has no erf. For z = |x|, erfc(z) = t exp(-z^2 + P(t)) with t = 1/(1 + z/2) and P a
+    degree-9 polynomial (Horner's rule); for x < 0, erfc(x) = 2 - erfc(-x). The bound is
+    relative to erfc itself, so it holds far into the tail where erfc is tiny.
+    """
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = _ERFC_COEFFS[-1] * t
+    for c in _ERFC_COEFFS[-2:0:-1]:
+        poly = (poly + c) * t
+    poly += _ERFC_COEFFS[0]
+    r = t * np.exp(poly - z * z)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
+def gelu(x):
+    """GELU(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt 2)) = 0.5 * x * erfc(-x / sqrt 2).
+
+    Written with erfc so that the relative error (< 1.2e-7) holds for negative x too, where
+    1 + erf(...) would cancel catastrophically.
+    """
+    return 0.5 * x * erfc(x * -(1.0 / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def silu(x):
+    """SiLU(x) = x * sigmoid(x), with sigmoid(x) = (1 + tanh(x/2)) / 2, which cannot overflow."""
+    return x * (0.5 + 0.5 * np.tanh(0.5 * x))
+
+
+ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
+
+
+def linear(x, weight, bias=None):
+    """y = x @ W.T + b, with W stored (out_features, in_features) as PyTorch stores it.
+
+    A quantized weight (minillm.quantize) is any object with a `matmul(x)` method that returns
+    x @ W.T; a float weight is a NumPy array and goes straight to BLAS (the transpose is a view).
+    """
+    y = x @ weight.T if isinstance(weight, np.ndarray) else weight.matmul(x)
+    if bias is not None:
+        y += bias
+    return y
+
+
+def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of m * theta_j for positions m < length, theta_j = theta^(-2j / head_dim).
+
+    Returns two arrays of shape (length, head_dim / 2), computed in float64 and then cast.
+    """
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.outer(np.arange(length, dtype=np.float64), inv_freq)  # (length, head_dim/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate each pair (x_j, x_{j + d/2}) of every head by the angle m * theta_j.
+
+    With x = [x1, x2] split into halves (the "rotate half" layout of Llama in Hugging Face):
+        RoPE(x, m) = [x1 cos(m theta) - x2 sin(m theta),  x2 cos(m theta) + x1 sin(m theta)]
+    x: (B, T, heads, d); cos, sin: broadcastable to (B, T, 1, d/2).
+    Because a rotation by m followed by the inverse of a rotation by n is a rotation by m - n,
+    <RoPE(q, m), RoPE(k, n)> depends on the positions only through m - n.
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = np.empty_like(x)
+    np.subtract(x1 * cos, x2 * sin, out=out[..., :half])
+    np.add(x2 * cos, x1 * sin, out=out[..., half:])
+    return out
+
+
+def attention(q, k, v, mask=None):
+    """Scaled dot-product attention with grouped-query heads.
+
+        Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
+
+    q: (B, H, T, d) queries; k, v: (B, K, S, d) keys and values, K dividing H; query head h
+    reads key/value head h // (H / K). mask: None (every key visible) or booleans broadcastable
+    to (B, 1, 1, T, S), True where a key is visible. Returns (B, H, T, d).
+    """
+    B, H, T, d = q.shape
+    K, S = k.shape[1], k.shape[2]
+    group = H // K
+    # Put the `group` query heads that share a key head side by side: one matmul per key head.
+    q = q.reshape(B, K, group * T, d)
+    scores = (q * (1.0 / math.sqrt(d))) @ k.transpose(0, 1, 3, 2)  # (B, K, group*T, S)
+    if mask is not None:
+        scores = scores.reshape(B, K, group, T, S)
+        scores = np.where(mask, scores, -np.inf)
+        scores = scores.reshape(B, K, group * T, S)
+    out = softmax(scores) @ v  # (B, K, group*T, d)
+    return out.reshape(B, H, T, d)

@@ -1,0 +1,210 @@
+"""The self-describing `.npz` weights format: save, load, and the checks between them.
+
+The format is documented in docs/FORMAT.md. A loader never executes anything from the file
+(`allow_pickle=False`) and answers a malformed file with one WeightsError naming the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from .config import ModelConfig
+from .model import Model
+
+FORMAT_VERSION = 1
+VERSION_KEY = "minillm.format_version"
+CONFIG_KEY = "minillm.config"
+TOKENIZER_KEY = "minillm.tokenizer"
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class WeightsError(ValueError):
+    """A weights file that cannot be read as a minillm model; the message names the problem."""
+
+
+def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a model of this config has, by canonical name, with its shape."""
+    D, F, V, d = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
+    qkv_rows = (cfg.n_heads + 2 * cfg.n_kv_heads) * d
+    classic = cfg.arch == "classic"
+    norm_bias = classic and cfg.bias  # LayerNorm shifts; RMSNorm has none
+    linear_bias = classic and cfg.bias  # every linear layer of the classic model
+    shapes = {"tok_emb.weight": (V, D)}
+    if classic:
+        shapes["pos_emb.weight"] = (cfg.context_length, D)
+
+    def norm(name):
+        shapes[name + ".weight"] = (D,)
+        if norm_bias:
+            shapes[name + ".bias"] = (D,)
+
+    def dense(name, out_features, in_features, bias):
+        shapes[name + ".weight"] = (out_features, in_features)
+        if bias:
+            shapes[name + ".bias"] = (out_features,)
+
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        norm(p + "attn_norm")
+        dense(p + "attn.qkv", qkv_rows, D, cfg.bias)
+        dense(p + "attn.out", D, cfg.n_heads * d, linear_bias)
+        norm(p + "mlp_norm")
+        if classic:
+            dense(p + "mlp.up", F, D, linear_bias)
+        else:
+            dense(p + "mlp.gate_up", 2 * F, D, False)
+        dense(p + "mlp.down", D, F, linear_bias)
+    norm("final_norm")
+    if not cfg.tie_embeddings:
+        shapes["lm_head.weight"] = (V, D)
+    return shapes
+
+
+def save(model: Model, path) -> None:
+    """Write the model (config, tensors, tokenizer if any) to one `.npz` file at `path`."""
+    arrays = {
+        VERSION_KEY: np.array(FORMAT_VERSION, dtype=np.int64),
+        CONFIG_KEY: np.array(model.config.to_json()),
+    }
+    if model.tokenizer is not None:
+        arrays[TOKENIZER_KEY] = np.array(model.tokenizer.to_json())
+    for name, value in model.params.items():
+        arrays.update(_tensor_entries(name, value))
+    # Write beside the target and rename: a crash never leaves half a file under the real name.
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _tensor_entries(name, value) -> dict:
+    """The file entries for one parameter: the array itself, or a quantized weight's parts."""
+    if isinstance(value, np.ndarray):
+        return {name: value}
+    return value.to_entries(name)
+
+
+def load(path) -> Model:
+    """Read a `.npz` written by `save` (or by an exporter following docs/FORMAT.md)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise WeightsError(f"{path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise WeightsError(f"{path}: not an .npz file (not a zip archive)")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except Exception as e:  # a damaged archive: report it, whatever numpy raised
+        raise WeightsError(f"{path}: cannot open the archive ({e})") from None
+    with archive:
+        entries = {name: _read_entry(archive, name, path) for name in archive.files}
+    try:
+        return model_from_entries(entries)
+    except WeightsError as e:
+        raise WeightsError(f"{path}: {e}") from None
+
+
+def _read_entry(archive, name, path) -> np.ndarray:
+    try:
+        return archive[name]
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise WeightsError(f"{path}: entry {name!r} is an object array, which the "
+                               "format forbids") from None
+        raise WeightsError(f"{path}: entry {name!r} cannot be read ({e})") from None
+    except Exception as e:
+        raise WeightsError(f"{path}: entry {name!r} cannot be read ({e})") from None
+
+
+def model_from_entries(entries: dict[str, np.ndarray]) -> Model:
+    """Check a dict of file entries against the format and build the Model."""
+    entries = dict(entries)
+    _check_version(entries.pop(VERSION_KEY, None))
+    config = _read_config(entries.pop(CONFIG_KEY, None))
+    tokenizer_json = entries.pop(TOKENIZER_KEY, None)
+    params = _read_tensors(entries, parameter_shapes(config))
+    tokenizer = None
+    if tokenizer_json is not None:
+        tokenizer = _read_tokenizer(tokenizer_json)
+        if len(tokenizer) > config.vocab_size:
+            raise WeightsError(f"tokenizer: {len(tokenizer)} tokens do not fit the model's "
+                               f"vocab_size {config.vocab_size}")
+    return Model(config, params, tokenizer)
+
+
+def _check_version(value) -> None:
+    if value is None:
+        raise WeightsError(f"missing {VERSION_KEY!r}: not a minillm weights file")
+    if value.shape != () or not np.issubdtype(value.dtype, np.integer):
+        raise WeightsError(f"{VERSION_KEY!r} must be an integer scalar, got {value.dtype} "
+                           f"{value.shape}")
+    if int(value) != FORMAT_VERSION:
+        raise WeightsError(f"unknown format version {int(value)}; this minillm reads version "
+                           f"{FORMAT_VERSION}")
+
+
+def _read_string(value, key) -> str:
+    if value.shape != () or value.dtype.kind != "U":
+        raise WeightsError(f"{key!r} must be a string scalar, got {value.dtype} {value.shape}")
+    return str(value)
+
+
+def _read_config(value) -> ModelConfig:
+    if value is None:
+        raise WeightsError(f"missing {CONFIG_KEY!r} (the model's JSON config)")
+    try:
+        return ModelConfig.from_json(_read_string(value, CONFIG_KEY))
+    except (ValueError, TypeError) as e:
+        raise WeightsError(f"bad config: {e}") from None
+
+
+def _read_tokenizer(value):
+    from .tokenizer import Tokenizer
+
+    try:
+        return Tokenizer.from_json(_read_string(value, TOKENIZER_KEY))
+    except (ValueError, KeyError, TypeError) as e:
+        raise WeightsError(f"bad tokenizer: {e}") from None
+
+
+def _read_tensors(entries: dict, shapes: dict) -> dict:
+    """Check names, shapes, dtypes and finiteness; return the parameters by canonical name."""
+    missing = [name for name in shapes if name not in entries]
+    if missing:
+        raise WeightsError(f"missing tensor(s): {', '.join(missing[:8])}"
+                           + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+    params = {}
+    for name, shape in shapes.items():
+        params[name] = _read_tensor(name, shape, entries)
+    unexpected = sorted(set(entries) - set(shapes) - _consumed(params))
+    if unexpected:
+        raise WeightsError(f"unexpected tensor(s): {', '.join(unexpected[:8])}")
+    dtypes = {p.dtype for p in params.values() if isinstance(p, np.ndarray)}
+    if len(dtypes) > 1:
+        raise WeightsError(f"float tensors must share one dtype, found {sorted(map(str, dtypes))}")
+    return params
+
+
+def _read_tensor(name, shape, entries):
+    value = entries[name]
+    if value.dtype not in FLOAT_DTYPES:
+        raise WeightsError(f"tensor {name!r} has dtype {value.dtype}; expected float32 or "
+                           "float64")
+    if value.shape != shape:
+        raise WeightsError(f"tensor {name!r} has shape {value.shape}; expected {shape}")
+    if not np.isfinite(value).all():
+        raise WeightsError(f"tensor {name!r} holds non-finite values (NaN or inf)")
+    return value
+
+
+def _consumed(params) -> set:
+    """Names of extra file entries that belong to a parameter (a quantized weight's scales)."""
+    return set()

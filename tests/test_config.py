@@ -1,0 +1,45 @@
+import json
+
+import pytest
+
+from minillm import ModelConfig
+
+BASE = dict(arch="modern", vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4,
+            n_kv_heads=2, d_ff=48)
+
+
+def test_json_round_trip_and_defaults():
+    cfg = ModelConfig(**BASE)
+    assert ModelConfig.from_json(cfg.to_json()) == cfg
+    assert (cfg.tie_embeddings, cfg.bias, cfg.activation) == (True, False, "silu")
+    classic = ModelConfig(arch="classic", vocab_size=10, context_length=8, d_model=8, n_layers=1,
+                          n_heads=2)
+    assert (classic.tie_embeddings, classic.bias, classic.activation, classic.d_ff,
+            classic.n_kv_heads) == (False, True, "gelu", 32, 2)
+    assert ModelConfig.from_dict(json.loads(classic.to_json())) == classic
+
+
+@pytest.mark.parametrize("field, value", [
+    ("arch", "rnn"), ("vocab_size", 0), ("context_length", -1), ("d_model", 2.5),
+    ("n_layers", True), ("n_heads", 5), ("n_kv_heads", 3), ("d_ff", 0), ("norm_eps", 0.0),
+    ("rope_theta", -1.0), ("activation", "relu"), ("tie_embeddings", "yes"),
+])
+def test_bad_field_is_named(field, value):
+    with pytest.raises(ValueError, match=field if field != "n_heads" else "d_model"):
+        ModelConfig(**{**BASE, field: value})
+
+
+def test_classic_rejects_grouped_query_and_modern_needs_even_head_size():
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        ModelConfig(**{**BASE, "arch": "classic", "activation": "gelu"})
+    with pytest.raises(ValueError, match="even head size"):
+        ModelConfig(**{**BASE, "d_model": 12, "n_heads": 4})
+
+
+def test_from_dict_rejects_unknown_and_missing_fields():
+    with pytest.raises(ValueError, match="unknown field.*colour"):
+        ModelConfig.from_dict({**BASE, "colour": "red"})
+    with pytest.raises(ValueError, match="missing field.*vocab_size"):
+        ModelConfig.from_dict({k: v for k, v in BASE.items() if k != "vocab_size"})
+    with pytest.raises(ValueError, match="not valid JSON"):
+        ModelConfig.from_json("{")

@@ -1,0 +1,135 @@
+"""The forward pass: cached decoding equals the full forward pass, whatever the chunking.
+
+Tolerance: in float64, cached and uncached logits agree to 1e-12 (absolute) at every step;
+the only difference between the two paths is the order of floating-point sums.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import minillm
+from tests.helpers import tiny_configs
+
+ATOL = 1e-12
+
+
+def _tokens(draw, cfg, batch, length):
+    return np.array(draw(st.lists(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=length,
+                                           max_size=length), min_size=batch, max_size=batch)))
+
+
+@given(st.data())
+def test_decode_with_cache_equals_full_forward_at_every_step(data):
+    cfg = data.draw(tiny_configs())
+    model = minillm.random_model(cfg, seed=data.draw(st.integers(0, 2**16)), dtype="float64",
+                                 std=0.5)
+    batch = data.draw(st.integers(1, 3))
+    length = data.draw(st.integers(2, cfg.context_length))
+    prompt_len = data.draw(st.integers(1, length - 1))
+    tokens = _tokens(data.draw, cfg, batch, length)
+    cache = model.new_cache(batch)
+    logits = model.forward(tokens[:, :prompt_len], cache)  # prefill
+    np.testing.assert_allclose(logits, model.forward(tokens[:, :prompt_len]), rtol=0, atol=ATOL)
+    for t in range(prompt_len, length):  # decode, one token a step
+        step = model.forward(tokens[:, t:t + 1], cache)
+        full = model.forward(tokens[:, :t + 1])
+        np.testing.assert_allclose(step[:, 0], full[:, -1], rtol=0, atol=ATOL)
+        assert cache.length == t + 1
+
+
+@given(st.data())
+def test_prefill_in_one_call_equals_token_by_token_equals_random_chunks(data):
+    cfg = data.draw(tiny_configs())
+    model = minillm.random_model(cfg, seed=1, dtype="float64", std=0.5)
+    length = data.draw(st.integers(1, cfg.context_length))
+    tokens = _tokens(data.draw, cfg, 1, length)
+    whole = model.forward(tokens, model.new_cache())
+    cache = model.new_cache()
+    one_by_one = np.concatenate([model.forward(tokens[:, t:t + 1], cache) for t in range(length)],
+                                axis=1)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, length - 1)), max_size=4)) | {0, length})
+    cache = model.new_cache()
+    chunks = np.concatenate([model.forward(tokens[:, a:b], cache) for a, b in zip(cuts, cuts[1:])
+                             if b > a], axis=1)
+    np.testing.assert_allclose(one_by_one, whole, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(chunks, whole, rtol=0, atol=ATOL)
+
+
+@given(st.data())
+def test_left_padded_rows_equal_their_unpadded_forward(data):
+    cfg = data.draw(tiny_configs())
+    model = minillm.random_model(cfg, seed=2, dtype="float64", std=0.5)
+    length = data.draw(st.integers(2, cfg.context_length))
+    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=2, max_size=3))
+    tokens = _tokens(data.draw, cfg, len(pads), length)
+    cache = model.new_cache(len(pads))
+    split = data.draw(st.integers(1, length))
+    padded = model.forward(tokens[:, :split], cache, pad=pads) if split > max(pads) else None
+    if padded is None:  # the prefill must contain at least one real token per row
+        split = length
+        padded = model.forward(tokens, cache, pad=pads)
+    rest = [model.forward(tokens[:, t:t + 1], cache) for t in range(split, length)]
+    padded = np.concatenate([padded] + rest, axis=1)
+    uncached = model.forward(tokens, pad=pads)
+    for row, p in enumerate(pads):
+        alone = model.forward(tokens[row:row + 1, p:])[0]
+        np.testing.assert_allclose(padded[row, p:], alone, rtol=0, atol=ATOL)
+        np.testing.assert_allclose(uncached[row, p:], alone, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_float32_in_float32_out(arch):
+    cfg = minillm.ModelConfig(arch=arch, vocab_size=32, context_length=16, d_model=16, n_layers=2,
+                              n_heads=2)
+    model = minillm.random_model(cfg)
+    cache = model.new_cache()
+    assert model.forward(np.zeros((1, 3), dtype=np.int64), cache).dtype == np.float32
+    assert model.forward(np.zeros((1, 1), dtype=np.int32), cache).dtype == np.float32
+    assert cache.k.dtype == np.float32
+
+
+def test_truncate_and_reset_roll_the_cache_back():
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=12, d_model=8,
+                              n_layers=2, n_heads=2, n_kv_heads=1)
+    model = minillm.random_model(cfg, dtype="float64", std=0.5)
+    tokens = np.array([[1, 2, 3, 4, 5, 6]])
+    cache = model.new_cache()
+    model.forward(tokens, cache)
+    cache.truncate(3)
+    again = model.forward(np.array([[7, 8]]), cache)
+    np.testing.assert_allclose(again, model.forward(np.array([[1, 2, 3, 7, 8]]))[:, 3:], atol=ATOL)
+    cache.reset()
+    assert cache.length == 0
+    with pytest.raises(ValueError, match="truncate"):
+        cache.truncate(1)
+
+
+def test_parameter_count_matches_config():
+    for arch in ("classic", "modern"):
+        for tie in (False, True):
+            for bias in (False, True):
+                cfg = minillm.ModelConfig(arch=arch, vocab_size=50, context_length=8, d_model=12,
+                                          n_layers=2, n_heads=2, tie_embeddings=tie, bias=bias)
+                model = minillm.random_model(cfg)
+                assert sum(p.size for p in model.params.values()) == cfg.n_params()
+
+
+def test_clear_errors_for_bad_input():
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=10, context_length=4, d_model=4,
+                              n_layers=1, n_heads=1)
+    model = minillm.random_model(cfg)
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 10\)"):
+        model.forward(np.array([[3, 10]]))
+    with pytest.raises(ValueError, match="exceed the context length"):
+        model.forward(np.zeros((1, 5), dtype=int))
+    with pytest.raises(ValueError, match="batch, length"):
+        model.forward(np.array([1, 2]))
+    with pytest.raises(ValueError, match="integer ids"):
+        model.forward(np.array([[1.0]]))
+    cache = model.new_cache(capacity=4)
+    model.forward(np.zeros((1, 3), dtype=int), cache)
+    with pytest.raises(ValueError, match="do not fit"):
+        model.forward(np.zeros((1, 2), dtype=int), cache)
+    with pytest.raises(ValueError, match="does not fit this model"):
+        model.forward(np.zeros((2, 1), dtype=int), cache)
