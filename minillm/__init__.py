@@ -7,8 +7,10 @@
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .model import Model, random_model
+from .sampling import filtered_probs, sample_next_token
 from .weights import WeightsError, load, save
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save"]
+__all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
+           "filtered_probs", "sample_next_token"]
