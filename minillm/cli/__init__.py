@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import inspect
+from . import convert, export, inspect
 
 COMMANDS = {
     "inspect": inspect,
+    "convert": convert,
+    "export": export,
 }
 
 

@@ -1,0 +1,52 @@
+"""Convert a PyTorch or Hugging Face checkpoint to a minillm .npz.
+
+SRC is a Hugging Face model folder (config.json + model.safetensors or pytorch_model.bin, and
+tokenizer.json if present), or one weights file (.safetensors, .pt, .pth, .bin) with --config.
+"""
+from __future__ import annotations
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("src", help="a Hugging Face model folder or a weights file")
+    parser.add_argument("out", help="the .npz file to write")
+    parser.add_argument("--naming", default="auto",
+                        help="the layout of the names: auto (default), nanogpt, hf-gpt2, "
+                             "hf-llama, meta (interleaved RoPE: Meta, llama2.c), or a JSON file "
+                             "{minillm name: source name} with {i} for the layer index")
+    parser.add_argument("--config", default=None,
+                        help="for a weights file: a minillm config JSON or a Hugging Face "
+                             "config.json")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+
+
+def _naming(value):
+    """A table name, or a JSON file holding a user's own table."""
+    import json
+
+    if value.endswith(".json"):
+        with open(value, encoding="utf-8") as f:
+            return json.load(f)
+    return value
+
+
+def run(args) -> int:
+    from . import UsageError
+
+    try:
+        return _run(args)
+    except ImportError as e:  # an optional dependency is missing: say which and how to get it
+        raise UsageError(str(e)) from None
+
+
+def _run(args) -> int:
+    from ..convert import config_from_json_file, convert
+    from ..weights import save
+
+    config = None if args.config is None else config_from_json_file(args.config)
+    model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype)
+    save(model, args.out)
+    cfg = model.config
+    print(f"{args.out}: {cfg.arch}, {cfg.n_layers} layers, d_model {cfg.d_model}, "
+          f"{cfg.n_params():,} parameters, {args.dtype}"
+          + (", with tokenizer" if model.tokenizer is not None else ""))
+    return 0

@@ -1,0 +1,29 @@
+"""Export a minillm .npz to a Hugging Face model folder (config.json, model.safetensors,
+tokenizer.json) that transformers' AutoModelForCausalLM.from_pretrained loads."""
+from __future__ import annotations
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model_path", help="a minillm .npz file")
+    parser.add_argument("--to", required=True, choices=("hf",),
+                        help="the target format: hf (Hugging Face transformers)")
+    parser.add_argument("out_dir", help="the folder to write")
+
+
+def run(args) -> int:
+    from . import UsageError
+
+    try:
+        return _run(args)
+    except ImportError as e:  # an optional dependency is missing: say which and how to get it
+        raise UsageError(str(e)) from None
+
+
+def _run(args) -> int:
+    from ..convert import export_hf
+    from ..weights import load
+
+    model = load(args.model_path)
+    export_hf(model, args.out_dir)
+    print(f"{args.out_dir}: {model.config.arch} model written for transformers")
+    return 0

@@ -1,0 +1,169 @@
+"""Files in, files out: PyTorch / safetensors checkpoints and Hugging Face model folders.
+
+Reading: `.safetensors` through safetensors (its NumPy loader needs no torch), `.pt`/`.bin`
+through `torch.load(..., weights_only=True)`, which reads tensors and plain containers and
+never runs code from the file. Writing: a Hugging Face folder (config.json, model.safetensors,
+tokenizer.json) that transformers' AutoModelForCausalLM.from_pretrained loads.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+
+import numpy as np
+
+from .hf_config import config_from_hf, config_to_hf
+from .state_dict import from_state_dict
+
+
+def _require(module: str, extra: str, what: str):
+    """Import an optional dependency, or explain how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{what} needs the `{module.split('.')[0]}` package: "
+                          f'pip install "minillm[{extra}]"') from None
+
+
+def read_checkpoint(path) -> dict:
+    """{name: array or tensor} from a .safetensors, a .pt/.bin file, or a sharded index.json.
+
+    A training checkpoint that wraps the weights ({"model": ...} as nanoGPT and llama2.c save,
+    or {"state_dict": ...}) is unwrapped.
+    """
+    path = os.fspath(path)
+    if path.endswith(".index.json"):
+        return _read_sharded(path)
+    if path.endswith(".safetensors"):
+        return _read_safetensors(path)
+    if path.endswith((".pt", ".pth", ".bin", ".ckpt")):
+        torch = _require("torch", "convert", "reading a PyTorch checkpoint")
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        for key in ("model", "state_dict", "model_state_dict"):
+            if isinstance(data, dict) and isinstance(data.get(key), dict):
+                data = data[key]
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a state dict, found a {type(data).__name__}")
+        return data
+    raise ValueError(f"{path}: unknown checkpoint type; expected .safetensors, .pt, .pth, "
+                     ".bin, .ckpt or a model folder")
+
+
+def _read_safetensors(path) -> dict:
+    safetensors = _require("safetensors.numpy", "convert", "reading .safetensors")
+    try:
+        return safetensors.load_file(path)
+    except (TypeError, ValueError):  # bfloat16 has no NumPy dtype: read through torch
+        torch_reader = _require("safetensors.torch", "convert", "reading bfloat16 .safetensors")
+        return torch_reader.load_file(path)
+
+
+def _read_sharded(path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    folder, out = os.path.dirname(path), {}
+    for shard in shards:
+        out.update(read_checkpoint(os.path.join(folder, shard)))
+    return out
+
+
+def _folder_weights(folder) -> str:
+    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json"):
+        if os.path.exists(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    raise ValueError(f"{folder}: no model.safetensors or pytorch_model.bin in this folder")
+
+
+def tokenizer_support() -> bool:
+    """Whether this minillm has its tokenizer module (to bundle tokenizer.json)."""
+    return importlib.util.find_spec("minillm.tokenizer") is not None
+
+
+def from_hf_folder(folder, dtype="float32", naming="auto"):
+    """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model."""
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = config_from_hf(json.load(f))
+    state_dict = read_checkpoint(_folder_weights(folder))
+    tokenizer_path = os.path.join(folder, "tokenizer.json")
+    tokenizer_json = None
+    if os.path.exists(tokenizer_path) and tokenizer_support():
+        with open(tokenizer_path, encoding="utf-8") as f:
+            tokenizer_json = f.read()
+    return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
+                           tokenizer_json=tokenizer_json)
+
+
+def to_hf_state_dict(model) -> dict:
+    """minillm parameters -> Hugging Face names and layouts (GPT-2 Conv1D is (in, out))."""
+    cfg, p = model.config, model.params
+    out = {}
+    if cfg.arch == "classic":
+        out["transformer.wte.weight"] = p["tok_emb.weight"]
+        out["transformer.wpe.weight"] = p["pos_emb.weight"]
+        for i in range(cfg.n_layers):
+            src, dst = f"layers.{i}.", f"transformer.h.{i}."
+            for ours, theirs, transpose in (
+                    ("attn_norm", "ln_1", False), ("attn.qkv", "attn.c_attn", True),
+                    ("attn.out", "attn.c_proj", True), ("mlp_norm", "ln_2", False),
+                    ("mlp.up", "mlp.c_fc", True), ("mlp.down", "mlp.c_proj", True)):
+                w = p[src + ours + ".weight"]
+                out[dst + theirs + ".weight"] = w.T if transpose else w
+                out[dst + theirs + ".bias"] = p[src + ours + ".bias"]
+        out["transformer.ln_f.weight"] = p["final_norm.weight"]
+        out["transformer.ln_f.bias"] = p["final_norm.bias"]
+    else:
+        q_rows = cfg.n_heads * cfg.head_dim
+        k_rows = cfg.n_kv_heads * cfg.head_dim
+        out["model.embed_tokens.weight"] = p["tok_emb.weight"]
+        for i in range(cfg.n_layers):
+            src, dst = f"layers.{i}.", f"model.layers.{i}."
+            out[dst + "input_layernorm.weight"] = p[src + "attn_norm.weight"]
+            for kind in ("weight", "bias") if cfg.bias else ("weight",):
+                qkv = p[src + f"attn.qkv.{kind}"]  # rows: q heads, k heads, v heads
+                out[dst + f"self_attn.q_proj.{kind}"] = qkv[:q_rows]
+                out[dst + f"self_attn.k_proj.{kind}"] = qkv[q_rows:q_rows + k_rows]
+                out[dst + f"self_attn.v_proj.{kind}"] = qkv[q_rows + k_rows:]
+            out[dst + "self_attn.o_proj.weight"] = p[src + "attn.out.weight"]
+            out[dst + "post_attention_layernorm.weight"] = p[src + "mlp_norm.weight"]
+            gate_up = p[src + "mlp.gate_up.weight"]  # rows: gate, then up
+            out[dst + "mlp.gate_proj.weight"] = gate_up[:cfg.d_ff]
+            out[dst + "mlp.up_proj.weight"] = gate_up[cfg.d_ff:]
+            out[dst + "mlp.down_proj.weight"] = p[src + "mlp.down.weight"]
+        out["model.norm.weight"] = p["final_norm.weight"]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = p["lm_head.weight"]
+    return {name: np.ascontiguousarray(w) for name, w in out.items()}
+
+
+def export_hf(model, out_dir) -> None:
+    """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json."""
+    if not all(isinstance(w, np.ndarray) for w in model.params.values()):
+        raise ValueError("model: quantized weights cannot be exported; export the float model")
+    config = config_to_hf(model.config, dtype=str(model.dtype))  # raises if not expressible
+    save_file = _require("safetensors.numpy", "convert", "writing model.safetensors").save_file
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    save_file(to_hf_state_dict(model), os.path.join(out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    if model.tokenizer is not None:
+        with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(model.tokenizer.to_json())
+
+
+def convert(src, naming="auto", config=None, dtype="float32"):
+    """A Model from a Hugging Face folder or a checkpoint file (+ its ModelConfig)."""
+    src = os.fspath(src)
+    if os.path.isdir(src):
+        if config is not None:
+            raise ValueError("config: a Hugging Face folder carries its own config.json")
+        return from_hf_folder(src, dtype=dtype, naming=naming)
+    if not os.path.exists(src):
+        raise ValueError(f"{src}: no such file or folder")
+    if config is None:
+        raise ValueError(f"config: {os.path.basename(src)} holds weights only; give the model's "
+                         "config (a minillm config JSON or a Hugging Face config.json)")
+    return from_state_dict(read_checkpoint(src), config, naming=naming, dtype=dtype)
