@@ -5,6 +5,7 @@
     logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
 """
 from .config import ModelConfig
+from .generate import generate
 from .kv_cache import KVCache
 from .model import Model, random_model
 from .sampling import filtered_probs, sample_next_token
@@ -13,4 +14,4 @@ from .weights import WeightsError, load, save
 __version__ = "0.1.0"
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
-           "filtered_probs", "sample_next_token"]
+           "filtered_probs", "sample_next_token", "generate"]

@@ -42,7 +42,7 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None,
     Greedy (temperature 0) is one-hot on the argmax, ties going to the lowest token id.
     At least one token always survives, and the result never holds NaN.
     """
-    _check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+    check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
     z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits are never changed
     single = z.ndim == 1
     z = _check_logits(z[None] if single else z)
@@ -189,7 +189,8 @@ def _check_logits(z):
     return z
 
 
-def _check_knobs(temperature, top_k, top_p, min_p, penalty, window):
+def check_knobs(temperature, top_k, top_p, min_p, penalty=None, window=64):
+    """Raise ValueError naming the first knob outside its allowed range."""
     def number(name, value, ok, allowed):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) \
                 or not math.isfinite(value) or not ok(value):

@@ -1,0 +1,172 @@
+"""Generation: cached = uncached across window slides, batches = one by one, stop tokens."""
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import minillm
+from minillm.generate import generate, stream
+from tests.helpers import tiny_configs
+
+
+def _model(cfg, seed=3):
+    return minillm.random_model(cfg, seed=seed, dtype="float64", std=0.5)
+
+
+def _prompts(draw, cfg, n, max_len):
+    lengths = draw(st.lists(st.integers(1, max_len), min_size=n, max_size=n))
+    return [draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=k, max_size=k))
+            for k in lengths]
+
+
+def reference_greedy(model, prompt, n):
+    """The seed's policy written plainly: the view is the last W tokens; when the view is
+    full and a token arrives, keep the newest W // 2 (the new token included)."""
+    W = model.config.context_length
+    text, view = list(prompt), list(prompt)[-W:]
+    for _ in range(n):
+        token = int(np.argmax(model.forward(np.array([view]))[0, -1]))
+        text.append(token)
+        view = view + [token] if len(view) < W else (view + [token])[-max(1, W // 2):]
+    return text
+
+
+def record_logits(monkeypatch):
+    """Make generation record the logits of every step it samples from."""
+    seen = []
+
+    def recording(logits, **kw):
+        seen.append(np.array(logits))
+        return minillm.sample_next_token(logits, **kw)
+
+    monkeypatch.setattr(sys.modules["minillm.generate"], "sample_next_token", recording)
+    return seen
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+@given(data=st.data())
+def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
+    cfg = data.draw(tiny_configs(arch=arch))
+    model = _model(cfg)
+    W = cfg.context_length
+    prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
+    n = 3 * W  # every row's view fills the window and slides at least twice
+    knobs = dict(temperature=data.draw(st.sampled_from([0.0, 0.7, 1.5])),
+                 top_k=data.draw(st.sampled_from([None, 5])),
+                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
+    logits = {}
+    for use_cache in (True, False):
+        with pytest.MonkeyPatch.context() as m:
+            logits[use_cache] = record_logits(m)
+            out = generate(model, prompts, n, seed=11, use_cache=use_cache, **knobs)
+        if use_cache:
+            cached = out
+    assert cached == out
+    assert len(logits[True]) == len(logits[False]) == n
+    for a, b in zip(logits[True], logits[False]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_the_window_slide_follows_the_seed_policy(arch):
+    cfg = minillm.ModelConfig(arch=arch, vocab_size=30, context_length=9, d_model=12,
+                              n_layers=2, n_heads=2)
+    model = _model(cfg)
+    for prompt in ([4], [1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(14))):
+        expected = reference_greedy(model, prompt, 30)
+        for use_cache in (True, False):
+            assert generate(model, prompt, 30, temperature=0, use_cache=use_cache) == expected
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+@given(data=st.data())
+def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
+    cfg = data.draw(tiny_configs(arch=arch))
+    model = _model(cfg)
+    W = cfg.context_length
+    prompts = _prompts(data.draw, cfg, data.draw(st.integers(2, 4)), W + 2)
+    # Greedy: a sampled batch draws one uniform per row, so its rows read other numbers than
+    # a prompt generated alone; greedy decoding and the penalty need no randomness.
+    knobs = dict(temperature=0, repetition_penalty=data.draw(st.sampled_from([None, 1.5])),
+                 use_cache=data.draw(st.booleans()))
+    batch = generate(model, prompts, 2 * W + 1, **knobs)
+    assert batch == [generate(model, p, 2 * W + 1, **knobs) for p in prompts]
+
+
+def test_stop_tokens_end_a_row_and_only_that_row():
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=16,
+                              n_layers=2, n_heads=2)
+    model = _model(cfg)
+    prompts = [[1, 2, 3], [7, 8], [9, 10, 11, 12]]
+    free = generate(model, prompts, 20, temperature=1.0, seed=5)
+    stop = free[0][3 + 4]  # the fifth new token of row 0
+    stopped = generate(model, prompts, 20, temperature=1.0, seed=5, stop_tokens=[stop])
+    for prompt, row, full in zip(prompts, stopped, free):
+        new = full[len(prompt):]
+        end = new.index(stop) + 1 if stop in new else len(new)
+        assert row == full[:len(prompt) + end]  # the stop token is emitted, then no more
+    assert stopped[0][-1] == stop and len(stopped[0]) <= 3 + 5
+
+
+def test_generation_ends_when_every_row_has_stopped():
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=3, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    steps = list(stream(model, [[0], [1, 2]], 500, temperature=1.0, stop_tokens=[0, 1, 2]))
+    assert steps == [steps[0]] and set(steps[0]) == {0, 1}
+
+
+def test_stream_yields_the_tokens_generate_returns():
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=50, context_length=10, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    prompt = np.array([3, 4, 5])
+    tokens = list(stream(model, prompt, 25, seed=2))
+    assert all(isinstance(t, int) for t in tokens)
+    assert generate(model, prompt, 25, seed=2) == [3, 4, 5] + tokens
+    steps = list(stream(model, np.array([[3, 4, 5], [6, 7, 8]]), 25, seed=2))
+    assert all(sorted(s) == [0, 1] for s in steps) and len(steps) == 25
+
+
+def test_same_seed_same_text_and_rng_instead_of_seed():
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=60, context_length=10, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    a = generate(model, [1, 2], 30, temperature=1.0, seed=4)
+    assert a == generate(model, [1, 2], 30, temperature=1.0, seed=4)
+    assert a == generate(model, [1, 2], 30, temperature=1.0, rng=np.random.default_rng(4))
+    assert a != generate(model, [1, 2], 30, temperature=1.0, seed=5)
+    assert generate(model, [1, 2], 0) == [1, 2]
+
+
+def test_float32_model_cached_equals_uncached_greedy():
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=12, d_model=16,
+                              n_layers=2, n_heads=4, n_kv_heads=2)
+    model = minillm.random_model(cfg, seed=0, std=0.5)
+    assert generate(model, [5, 6, 7], 30, temperature=0) == \
+        generate(model, [5, 6, 7], 30, temperature=0, use_cache=False)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(prompt_ids=[]), "prompt_ids"), (dict(prompt_ids=[[1], []]), r"prompt_ids\[1\]"),
+    (dict(prompt_ids=[1, 99]), "prompt_ids"), (dict(prompt_ids=[-1]), "prompt_ids"),
+    (dict(prompt_ids=np.array([1.5])), "prompt_ids"), (dict(max_new_tokens=-1), "max_new"),
+    (dict(temperature=-1.0), "temperature"), (dict(top_p=0.0), "top_p"),
+    (dict(top_k=-2), "top_k"), (dict(min_p=2.0), "min_p"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"),
+    (dict(stop_tokens=[50]), "stop_tokens")])
+def test_bad_arguments_are_errors_before_the_first_token(kwargs, match):
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=50, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    kwargs = {"prompt_ids": [1, 2], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        stream(model, **kwargs)  # no next(): the check happens at the call
+    with pytest.raises(ValueError, match=match):
+        generate(model, **kwargs)
+
+
+def test_exported():
+    assert minillm.generate is generate
