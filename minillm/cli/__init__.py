@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import convert, export, inspect
+from . import convert, export, generate, inspect, next_token
 
 COMMANDS = {
     "inspect": inspect,
     "convert": convert,
     "export": export,
+    "generate": generate,
+    "next": next_token,
 }
 
 

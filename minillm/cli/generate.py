@@ -1,0 +1,177 @@
+"""Generate text from a prompt, streaming the tokens as they come.
+
+    minillm generate "Once upon a time"                       # the shipped model
+    minillm generate --model_path M.npz --prompt "..." --top_k 0 --min_p 0.05
+    minillm generate --model_path M.npz --prompt_ids 1,2,3 --greedy --max_new_tokens 50
+
+The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
+
+
+def add_arguments(parser) -> None:
+    add_prompt_arguments(parser)
+    add_knob_arguments(parser, temperature=0.8)
+    parser.add_argument("--greedy", action="store_true",
+                        help="always take the most likely token (same as --temperature 0)")
+    parser.add_argument("--max_new_tokens", type=int, default=200, metavar="N")
+    parser.add_argument("--seed", type=int, default=0, help="same seed, same text")
+    parser.add_argument("--no_cache", action="store_true",
+                        help="recompute the whole window every step (slow, same tokens)")
+    parser.add_argument("--stop", default=None, metavar="TOKENS",
+                        help="comma-separated stop tokens: ids, or token texts when the model "
+                             "has a tokenizer (default: its end-of-text token, if any)")
+
+
+# -- arguments shared with `minillm next` ---------------------------------------------------
+
+def add_prompt_arguments(parser) -> None:
+    parser.add_argument("text", nargs="?", default=None, help="the prompt text")
+    parser.add_argument("--model_path", default=None,
+                        help="a minillm .npz model (default: weights/target.npz, shipped)")
+    parser.add_argument("--prompt", default=None, help="the prompt text (needs a tokenizer)")
+    parser.add_argument("--prompt_ids", default=None, metavar="IDS",
+                        help="the prompt as comma-separated token ids, e.g. 1,2,3")
+
+
+def add_knob_arguments(parser, temperature: float) -> None:
+    knobs = parser.add_argument_group("sampling knobs (applied in this order after the penalty)")
+    knobs.add_argument("--repetition_penalty", type=float, default=None, metavar="R",
+                       help="CTRL penalty on tokens of the last 64 (1 or unset: off)")
+    knobs.add_argument("--temperature", type=float, default=temperature, metavar="T",
+                       help=f"divide the logits by T (0: greedy; default {temperature})")
+    knobs.add_argument("--top_k", type=int, default=None, metavar="K",
+                       help="keep the K most likely tokens (0 or unset: off)")
+    knobs.add_argument("--top_p", type=float, default=None, metavar="P",
+                       help="keep the smallest head with mass >= P (1 or unset: off)")
+    knobs.add_argument("--min_p", type=float, default=None, metavar="P",
+                       help="keep tokens at least P times as likely as the top one")
+
+
+def sampling_knobs(args) -> dict:
+    temperature = 0.0 if getattr(args, "greedy", False) else args.temperature
+    return dict(temperature=temperature, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, repetition_penalty=args.repetition_penalty)
+
+
+def load_model(path):
+    """The model at `path`, or the shipped default; a missing file is a one-line error."""
+    from . import UsageError
+    from ..weights import load
+
+    if path is None:
+        if not DEFAULT_MODEL.exists():
+            raise UsageError(f"--model_path: the default model {DEFAULT_MODEL} is missing from "
+                             "this checkout; give --model_path FILE")
+        path = DEFAULT_MODEL
+    if not Path(path).is_file():
+        raise UsageError(f"--model_path: no such file: {path}")
+    return load(path)
+
+
+def prompt_ids(args, model) -> list[int]:
+    """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids."""
+    from . import UsageError
+
+    given = [name for name, value in (("TEXT", args.text), ("--prompt", args.prompt),
+                                      ("--prompt_ids", args.prompt_ids)) if value is not None]
+    if len(given) != 1:
+        raise UsageError("prompt: give exactly one of TEXT, --prompt TEXT or --prompt_ids "
+                         f"1,2,3 (got {', '.join(given) or 'none'})")
+    if args.prompt_ids is not None:
+        ids = parse_ids(args.prompt_ids, "--prompt_ids")
+    else:
+        if model.tokenizer is None:
+            raise UsageError("--prompt: this model has no tokenizer; give token ids with "
+                             "--prompt_ids 1,2,3")
+        ids = list(model.tokenizer.encode(args.text if args.prompt is None else args.prompt))
+    if not ids:
+        raise UsageError(f"{given[0]}: empty prompt")
+    vocab = model.config.vocab_size
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise UsageError(f"{given[0]}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+    return ids
+
+
+def parse_ids(text: str, flag: str) -> list[int]:
+    from . import UsageError
+
+    items = [item for item in text.replace(",", " ").split()]
+    try:
+        return [int(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+
+
+def stop_tokens(text, model) -> list[int]:
+    """--stop: ids or token texts; by default the tokenizer's end-of-text token."""
+    from . import UsageError
+
+    tokenizer = model.tokenizer
+    if text is None:
+        eos = getattr(tokenizer, "eos_token_id", None)
+        return [] if eos is None else [eos]
+    stops = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        if item.lstrip("-").isdigit():
+            stops.append(int(item))
+            continue
+        found = None if tokenizer is None else tokenizer.token_to_id(item)
+        if found is None:
+            raise UsageError(f"--stop: {item!r} is neither a token id nor a token of this "
+                             "model's tokenizer")
+        stops.append(found)
+    return stops
+
+
+# -- the command ----------------------------------------------------------------------------
+
+def token_stream(model, prompt, args):
+    """The iterator of new tokens for these arguments (other decoders plug in here)."""
+    from ..generate import stream
+
+    return stream(model, prompt, args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
+                  stop_tokens=stop_tokens(args.stop, model), use_cache=not args.no_cache)
+
+
+def text_writer(tokenizer, out):
+    """write(ids) prints tokens as they come: text through the tokenizer's incremental
+    decoder (never half a UTF-8 character), or the ids themselves when there is none."""
+    decoder = None if tokenizer is None else tokenizer.stream_decoder()
+    known = 0 if tokenizer is None else len(tokenizer)  # a model may have spare ids beyond
+
+    def write(ids, end=False):
+        if decoder is None:
+            out.write("".join(f"{i} " for i in ids))
+        else:
+            out.write("".join(decoder.push(i) if i < known else f"<{i}>" for i in ids)
+                      + (decoder.flush() if end else ""))
+        out.flush()
+
+    return write
+
+
+def run(args) -> int:
+    model = load_model(args.model_path)
+    prompt = prompt_ids(args, model)
+    tokens = token_stream(model, prompt, args)  # checks every knob before any output
+    write = text_writer(model.tokenizer, sys.stdout)
+    write(prompt)
+    start, n = time.perf_counter(), 0
+    for token in tokens:
+        write([token])
+        n += 1
+    seconds = time.perf_counter() - start
+    write([], end=True)
+    print(file=sys.stdout)
+    cache = "no cache" if args.no_cache else "KV cache"
+    print(f"[{n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):.1f} tokens/s, {cache}, "
+          f"prompt {len(prompt)} tokens]", file=sys.stderr)
+    return 0

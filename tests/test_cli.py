@@ -1,0 +1,141 @@
+"""The `minillm generate` and `minillm next` commands: real runs and every bad input."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minillm
+from minillm.cli import main
+from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 258  # the byte tokenizer below: 256 bytes, one merge, one special token
+
+
+def byte_tokenizer():
+    """256 byte tokens, one merge ('Ġ' + 't'), and an end-of-text token."""
+    vocab = {char: byte for byte, char in BYTE_TO_CHAR.items()}
+    vocab["Ġt"] = 256
+    return Tokenizer(vocab, [("Ġ", "t")],
+                     added_tokens=[{"id": 257, "content": "<|endoftext|>", "special": True}])
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=VOCAB, context_length=16, d_model=16,
+                              n_layers=2, n_heads=2)
+    model = minillm.random_model(cfg, seed=1, std=0.3)
+    minillm.save(model, folder / "ids.npz")
+    model.tokenizer = byte_tokenizer()
+    minillm.save(model, folder / "text.npz")
+    (folder / "broken.npz").write_bytes(b"not a zip archive at all")
+    return {name: str(folder / f"{name}.npz") for name in ("ids", "text", "broken")}
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_streams_the_same_tokens_as_the_library(files, capsys):
+    model = minillm.load(files["ids"])
+    expected = minillm.generate(model, [1, 2, 3], 20, temperature=0.8, seed=3)
+    for extra in ([], ["--no_cache"]):
+        code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"],
+                                 "--prompt_ids", "1,2,3", "--max_new_tokens", 20, "--seed", 3,
+                                 *extra)
+        assert code == 0
+        assert [int(t) for t in out.split()] == expected
+        assert len(err.strip().splitlines()) == 1 and "20 tokens" in err and "tokens/s" in err
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                           "4 5", "--greedy", "--max_new_tokens", 12, "--top_k", 3)
+    assert [int(t) for t in out.split()] == minillm.generate(model, [4, 5], 12, temperature=0)
+
+
+def test_generate_text_through_the_tokenizer_and_its_stop_token(files, capsys):
+    model = minillm.load(files["text"])
+    prompt = model.tokenizer.encode("Hi there")
+    expected = minillm.generate(model, prompt, 15, top_k=20, seed=1, stop_tokens=[257])
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
+                           "--max_new_tokens", 15, "--top_k", 20, "--seed", 1)
+    assert code == 0 and out == model.tokenizer.decode(expected) + "\n"
+    code, out2, _ = run_cli(capsys, "generate", "--model_path", files["text"], "--prompt",
+                            "Hi there", "--max_new_tokens", 15, "--top_k", 20, "--seed", 1,
+                            "--stop", "<|endoftext|>")
+    assert code == 0 and out2 == out
+
+
+def test_next_shows_candidates_and_survivors(files, capsys):
+    code, out, err = run_cli(capsys, "next", "--model_path", files["text"], "Hi", "--top_k", 3,
+                             "--top", 5)
+    assert code == 0 and err == ""
+    assert "effective choices" in out and f"3 of {VOCAB} tokens survive" in out
+    model = minillm.load(files["text"])
+    logits = model.forward(np.array([model.tokenizer.encode("Hi")]))[0, -1]
+    best = int(np.argmax(logits))
+    assert repr(model.tokenizer.decode([best])) in out
+    code, out, _ = run_cli(capsys, "next", "--model_path", files["ids"], "--prompt_ids", "7",
+                           "--temperature", 0)
+    assert code == 0 and f"1 of {VOCAB} tokens survive" in out
+
+
+BAD = [
+    (["--model_path", "/no/such/model.npz", "--prompt_ids", "1"], "model_path"),
+    (["--model_path", "{broken}", "--prompt_ids", "1"], "not an .npz"),
+    (["--model_path", "{ids}", "--prompt_ids", "1", "--top_p", "2"], "top_p"),
+    (["--model_path", "{ids}", "--prompt_ids", "1", "--top_k", "-1"], "top_k"),
+    (["--model_path", "{ids}", "--prompt_ids", "1", "--temperature", "-1"], "temperature"),
+    (["--model_path", "{ids}", "--prompt_ids", "1", "--min_p", "1.5"], "min_p"),
+    (["--model_path", "{ids}", "--prompt_ids", "1", "--repetition_penalty", "0"],
+     "repetition_penalty"),
+    (["--model_path", "{ids}", "--prompt_ids", ""], "empty prompt"),
+    (["--model_path", "{ids}", "--prompt_ids", "1,300"], "outside the vocabulary"),
+    (["--model_path", "{ids}", "--prompt_ids", "1,x"], "prompt_ids"),
+    (["--model_path", "{ids}", "--prompt", "hello"], "no tokenizer"),
+    (["--model_path", "{ids}"], "give exactly one"),
+    (["--model_path", "{ids}", "hi", "--prompt_ids", "1"], "give exactly one"),
+    (["--model_path", "{text}", "--prompt", ""], "empty prompt"),
+]
+
+
+@pytest.mark.parametrize("command", ["generate", "next"])
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_is_one_line_and_exit_code_2(files, capsys, command, argv, message):
+    code, out, err = run_cli(capsys, command, *[a.format(**files) for a in argv])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max_new_tokens", "-1"], "max_new_tokens"), (["--stop", "nope"], "--stop"),
+    (["--stop", "999"], "stop_tokens")])
+def test_bad_generate_only_flags(files, capsys, argv, message):
+    code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                             "1", *argv)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and message in err
+
+
+def test_a_missing_default_model_is_a_clear_error(capsys, monkeypatch, tmp_path):
+    import minillm.cli.generate as command
+
+    monkeypatch.setattr(command, "DEFAULT_MODEL", tmp_path / "target.npz")
+    code, _, err = run_cli(capsys, "generate", "--prompt_ids", "1")
+    assert code == 2 and "default model" in err and len(err.splitlines()) == 1
+    code, _, err = run_cli(capsys, "next", "--top", "0", "--prompt_ids", "1")
+    assert code == 2 and "--top" in err
+
+
+def test_the_installed_command_runs_in_a_fresh_process(files):
+    ok = subprocess.run([sys.executable, "-m", "minillm", "generate", "--model_path",
+                         files["ids"], "--prompt_ids", "1,2", "--max_new_tokens", "5"],
+                        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert ok.returncode == 0 and len(ok.stdout.split()) == 7 and "5 tokens" in ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "minillm", "generate", "--model_path",
+                          files["broken"], "--prompt_ids", "1"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert "Traceback" not in bad.stderr
