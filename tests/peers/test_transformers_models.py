@@ -58,10 +58,10 @@ LLAMA_CONFIGS = {
 CONFIGS = {**GPT2_CONFIGS, **LLAMA_CONFIGS}
 
 
-def hf_model(name, seed=0):
+def hf_model(name, seed=0, vocab_size=VOCAB):
     """A random-init transformers model for CONFIGS[name], every parameter randomised."""
     kw = dict(CONFIGS[name])
-    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    common = dict(vocab_size=vocab_size, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if name.startswith("gpt2"):
         config = transformers.GPT2Config(n_positions=CONTEXT, resid_pdrop=0.0, embd_pdrop=0.0,
                                          attn_pdrop=0.0, **common, **kw)
@@ -142,19 +142,8 @@ def test_greedy_64_tokens_identical_through_a_saved_folder(name, tmp_path):
         theirs = model.generate(torch.tensor(prompt), do_sample=False, max_new_tokens=64,
                                 min_new_tokens=64, pad_token_id=0).numpy()
     assert theirs.shape == (1, 72)
-    np.testing.assert_array_equal(_greedy(ours, prompt, 64), theirs)
-
-
-def _greedy(model, prompt, n):
-    """Prompt + n greedy tokens, decoding one token a step over the KV cache."""
-    cache = model.new_cache(batch_size=1)
-    logits = model.forward(prompt, cache)
-    out = [prompt]
-    for _ in range(n):
-        nxt = logits[:, -1].argmax(axis=-1)[:, None]
-        out.append(nxt)
-        logits = model.forward(nxt, cache)
-    return np.concatenate(out, axis=1)
+    ids = minillm.generate(ours, prompt[0].tolist(), max_new_tokens=64, temperature=0)
+    np.testing.assert_array_equal(ids, theirs[0])
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -259,3 +248,26 @@ def test_interleaved_rope_checkpoint_in_llama2c_naming(name, tmp_path):
     plain = minillm.convert.Naming(table, ignore=(r"freqs_cos",))
     wrong = from_state_dict(state, cfg, naming=plain).forward(x)
     assert np.abs(wrong - hf_logits(model, x)).max() > 100 * ATOL32
+
+
+def test_tokenizer_json_travels_with_the_model(tmp_path):
+    """A folder's tokenizer.json is bundled into the .npz and written out again by export."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
+    model = hf_model("llama-gqa4:2-h16-tied", seed=12, vocab_size=320)
+    model.save_pretrained(tmp_path / "hf")
+    tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+    ours = convert(tmp_path / "hf")
+    text = "the lazy fox jumps, quickly!"
+    assert ours.tokenizer is not None
+    assert ours.tokenizer.encode(text) == tok.encode(text).ids
+    minillm.save(ours, tmp_path / "m.npz")
+    export_hf(minillm.load(tmp_path / "m.npz"), tmp_path / "out")
+    again = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    assert again.encode(text).ids == tok.encode(text).ids
