@@ -14,6 +14,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .model import Model
+from .quantize import QuantizedWeight, is_linear_weight
 
 FORMAT_VERSION = 1
 VERSION_KEY = "minillm.format_version"
@@ -195,6 +196,8 @@ def _read_tensors(entries: dict, shapes: dict) -> dict:
 
 def _read_tensor(name, shape, entries):
     value = entries[name]
+    if value.dtype == np.int8:
+        return _read_quantized(name, shape, entries)
     if value.dtype not in FLOAT_DTYPES:
         raise WeightsError(f"tensor {name!r} has dtype {value.dtype}; expected float32 or "
                            "float64")
@@ -207,4 +210,38 @@ def _read_tensor(name, shape, entries):
 
 def _consumed(params) -> set:
     """Names of extra file entries that belong to a parameter (a quantized weight's scales)."""
-    return set()
+    return {name + suffix for name, value in params.items() if isinstance(value, QuantizedWeight)
+            for suffix in ("_scale", "_bits")}
+
+
+def _read_quantized(name, shape, entries) -> QuantizedWeight:
+    """int8 NAME, float32 NAME_scale (out,) or (out, G), integer NAME_bits (docs/FORMAT.md)."""
+    if not is_linear_weight(name):
+        raise WeightsError(f"tensor {name!r} is int8, but only linear-layer weights may be "
+                           "quantized; it must be float32 or float64")
+    q = entries[name]
+    if q.shape != shape:
+        raise WeightsError(f"tensor {name!r} has shape {q.shape}; expected {shape}")
+    for part in ("_scale", "_bits"):
+        if name + part not in entries:
+            raise WeightsError(f"int8 tensor {name!r} has no {name + part!r} entry")
+    scale, bits = entries[name + "_scale"], entries[name + "_bits"]
+    if bits.shape != () or not np.issubdtype(bits.dtype, np.integer) or not 2 <= bits <= 8:
+        raise WeightsError(f"{name + '_bits'!r} must be an integer scalar in [2, 8], got "
+                           f"{bits.dtype} {bits.shape} {bits.tolist()}")
+    if scale.dtype != np.float32:
+        raise WeightsError(f"{name + '_scale'!r} has dtype {scale.dtype}; expected float32")
+    out_features, in_features = shape
+    if not (scale.shape == (out_features,) or (scale.ndim == 2 and scale.shape[0] == out_features
+                                               and 0 < scale.shape[1] <= in_features
+                                               and in_features % scale.shape[1] == 0)):
+        raise WeightsError(f"{name + '_scale'!r} has shape {scale.shape}; expected "
+                           f"({out_features},) or ({out_features}, G) with G dividing "
+                           f"{in_features}")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise WeightsError(f"{name + '_scale'!r} holds non-finite, zero or negative scales")
+    qmax = 2 ** (int(bits) - 1) - 1
+    if q.size and (q.min() < -qmax or q.max() > qmax):
+        raise WeightsError(f"int8 tensor {name!r} holds values in [{q.min()}, {q.max()}], "
+                           f"outside [-{qmax}, {qmax}] for {int(bits)} bits")
+    return QuantizedWeight(q, scale, int(bits))
