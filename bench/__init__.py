@@ -1,0 +1,11 @@
+"""Benchmarks: minillm side by side with its peers, in one run.
+
+    python -m bench                      # every workload, 3 repeats, 1 BLAS/torch thread
+    python -m bench --quick              # tiny shapes, 1 repeat: checks that everything runs
+    python -m bench --only decode --threads 2 --out bench/RESULTS.md --plots bench/plots
+
+Contenders run interleaved (A B C A B C ...) so that a slow moment of the machine hits all of
+them alike; the table gives the median of the repeats with their min-max, and how many times
+faster minillm float32 is than each contender. A contender or workload that cannot run (a peer
+not installed, shipped weights not there yet) is printed as "missing (reason)".
+"""

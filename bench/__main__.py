@@ -1,0 +1,85 @@
+"""python -m bench: run the workloads, print the tables, optionally write them and plots."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+from . import batch, cache, decode, int8, machine, prefill, speculative, tokenizing
+from .contenders import context
+from .shapes import settings
+from .table import markdown
+from .timing import Row
+
+WORKLOADS = {"decode": decode.run, "cache": cache.run, "batch": batch.run,
+             "prefill": prefill.run, "speculative": speculative.run, "int8": int8.run,
+             "tokenizer": tokenizing.run}
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="tiny shapes, 1 repeat (a smoke run)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per contender (3)")
+    p.add_argument("--only", choices=sorted(WORKLOADS), action="append",
+                   help="run this workload only (repeatable)")
+    p.add_argument("--threads", type=int, default=1, help="BLAS and torch threads (1)")
+    p.add_argument("--out", help="write the header and tables to this Markdown file")
+    p.add_argument("--append", action="store_true", help="append to --out instead")
+    p.add_argument("--plots", help="write PNG charts into this folder (needs matplotlib)")
+    args = p.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        p.error(f"--repeats: must be at least 1, got {args.repeats}")
+    if args.threads < 1:
+        p.error(f"--threads: must be at least 1, got {args.threads}")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    threads, restore_threads = machine.set_threads(args.threads)
+    try:
+        return run_all(args, argv, threads)
+    finally:
+        restore_threads()
+
+
+def run_all(args, argv, threads) -> int:
+    s = settings(args.quick, args.repeats)
+    ctx = context(s)
+    header = machine.header(threads, argv) + f"- repeats: {s.repeats}, interleaved\n"
+    print(header, flush=True)
+    parts, results = [header], []
+    started = time.perf_counter()
+    for name in args.only or WORKLOADS:
+        title, rows = run_one(name, ctx)
+        results.append((name, title, rows))
+        parts.append(markdown(title, rows))
+        print(parts[-1], flush=True)
+    parts.append(f"Total time {time.perf_counter() - started:.0f} s.\n")
+    print(parts[-1])
+    if args.plots:
+        print(plots_line(results, args.plots))
+    if args.out:
+        with open(args.out, "a" if args.append else "w", encoding="utf-8") as f:
+            f.write("\n".join(parts) + "\n")
+    return 0
+
+
+def run_one(name, ctx):
+    """A workload's (title, rows); one that fails is reported as missing, the run goes on."""
+    try:
+        return WORKLOADS[name](ctx)
+    except Exception as e:
+        traceback.print_exc()
+        return name, [Row(name, "all", "all", "", missing=f"{type(e).__name__}: {e}")]
+
+
+def plots_line(results, folder):
+    from . import plots
+    return plots.write(results, folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The roofline of batch-1 decoding: every weight is read once per token, so
+
+    tokens/s <= read bandwidth / bytes of weights read per token
+
+with the bandwidth measured, in the same run, as NumPy's float32 matrix-vector product over one
+matrix too large for any cache (>= 256 MiB): the best the memory system gives NumPy here.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def bandwidth(mib: int = 256, tries: int = 7) -> float:
+    """Bytes/s read by y = W @ x, W float32 of `mib` MiB (the fastest of `tries` runs)."""
+    n = int((mib * 2**20 / 4) ** 0.5)
+    W = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    x = np.ones(n, dtype=np.float32)
+    y = np.empty(n, dtype=np.float32)
+    best = float("inf")
+    for _ in range(tries):
+        start = time.perf_counter()
+        np.matmul(W, x, out=y)
+        best = min(best, time.perf_counter() - start)
+    return W.nbytes / best
+
+
+def bytes_per_token(model) -> int:
+    """Bytes of weights one decode step reads: every layer's matrices, norms and biases, and
+    the output layer; of the embeddings only one row (the output layer is read whole even
+    when it is the tied embedding)."""
+    cfg, total = model.config, 0
+    for name, w in model.params.items():
+        if name in ("tok_emb.weight", "pos_emb.weight"):
+            total += nbytes(w) // w.shape[0]  # one row
+        else:
+            total += nbytes(w)
+    if cfg.tie_embeddings:
+        total += nbytes(model.params["tok_emb.weight"])
+    return total
+
+
+def nbytes(w) -> int:
+    """Resident bytes of a weight: an array, or a quantized weight's arrays (q, scales, ...)."""
+    if isinstance(w, np.ndarray):
+        return w.nbytes
+    return sum(v.nbytes for v in vars(w).values() if isinstance(v, np.ndarray))

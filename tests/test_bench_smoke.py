@@ -1,0 +1,26 @@
+"""The bench command starts and prints its tables on tiny models (no timing is checked)."""
+import sys
+
+from bench.__main__ import main
+
+
+def test_quick_run_prints_a_table_per_workload(capsys, tmp_path):
+    out_file = tmp_path / "results.md"
+    assert main(["--quick", "--out", str(out_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "numpy" in printed and "threads:" in printed
+    for title in ("1. Decode", "2. Cached vs uncached", "3. Batched rollouts", "4. Prefill",
+                  "5. Speculative", "6. int8", "7. Tokenizer"):
+        assert title in printed
+    assert "| student" in printed and "| minillm f32 |" in printed
+    assert out_file.read_text(encoding="utf-8").count("### ") == 7
+
+
+def test_a_missing_peer_is_reported_not_dropped(capsys, monkeypatch):
+    # A None entry in sys.modules makes `import torch` raise ImportError, as if not installed.
+    for name in ("torch", "transformers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert main(["--quick", "--only", "batch"]) == 0
+    printed = capsys.readouterr().out
+    assert "| PyTorch loop | missing (torch not installed" in printed
+    assert "| transformers | missing (transformers not installed" in printed
