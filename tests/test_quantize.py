@@ -229,3 +229,18 @@ def test_malformed_quantized_file_gives_one_clear_error(tmp_path, case):
         np.savez(f, **change(_entries(tmp_path)))
     with pytest.raises(minillm.WeightsError, match=message):
         minillm.load(path)
+
+
+def test_cli_quantize_writes_an_int8_file_and_reports_sizes(tmp_path, capsys):
+    from minillm.cli import main
+
+    minillm.save(minillm.random_model(CFG, seed=8), tmp_path / "f.npz")
+    assert main(["quantize", str(tmp_path / "f.npz"), str(tmp_path / "q.npz"),
+                 "--group_size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "file" in out and "weights in memory" in out
+    model8 = minillm.load(tmp_path / "q.npz")
+    assert model8.params[QKV].group_size == 4
+    assert main(["quantize", str(tmp_path / "f.npz"), str(tmp_path / "x.npz"),
+                 "--group_size", "3"]) == 2
+    assert "group_size" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import convert, export, generate, inspect, next_token
+from . import convert, export, generate, inspect, next_token, quantize
 
 COMMANDS = {
     "inspect": inspect,
@@ -17,6 +17,7 @@ COMMANDS = {
     "export": export,
     "generate": generate,
     "next": next_token,
+    "quantize": quantize,
 }
 
 

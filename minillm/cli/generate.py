@@ -3,6 +3,7 @@
     minillm generate "Once upon a time"                       # the shipped model
     minillm generate --model_path M.npz --prompt "..." --top_k 0 --min_p 0.05
     minillm generate --model_path M.npz --prompt_ids 1,2,3 --greedy --max_new_tokens 50
+    minillm generate --model_path M.npz --int8 "Once upon a time"
 
 The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr.
 """
@@ -22,6 +23,9 @@ def add_arguments(parser) -> None:
                         help="always take the most likely token (same as --temperature 0)")
     parser.add_argument("--max_new_tokens", type=int, default=200, metavar="N")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same text")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the linear weights to int8 on load (one scale per row); "
+                             "an already int8 file runs as it is")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
     parser.add_argument("--stop", default=None, metavar="TOKENS",
@@ -160,6 +164,10 @@ def text_writer(tokenizer, out):
 
 def run(args) -> int:
     model = load_model(args.model_path)
+    if args.int8:
+        from ..quantize import quantize
+
+        model = quantize(model)
     prompt = prompt_ids(args, model)
     tokens = token_stream(model, prompt, args)  # checks every knob before any output
     write = text_writer(model.tokenizer, sys.stdout)

@@ -1,0 +1,45 @@
+"""Quantize a model's linear weights to int8 with one scale per row (or per group).
+
+The embeddings, norms and biases stay float, and so does the output layer (tied to the
+embedding in the modern model). Prints the file size and the resident weight bytes before and
+after.
+"""
+from __future__ import annotations
+
+import os
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("input", help="a minillm .npz file (float weights)")
+    parser.add_argument("output", help="where to write the quantized .npz file")
+    parser.add_argument("--bits", type=int, default=8,
+                        help="bits per weight, 2 to 8, stored as int8 (default 8)")
+    parser.add_argument("--group_size", type=int, default=None,
+                        help="one scale per this many consecutive values of a row "
+                             "(default: one scale per row)")
+    parser.add_argument("--quantize_lm_head", action="store_true",
+                        help="quantize an untied output layer too (skipped by default)")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def run(args) -> int:
+    from ..quantize import quantize, weight_bytes
+    from ..weights import load, save
+
+    model = load(args.input)
+    model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,
+                      group_size=args.group_size)
+    save(model8, args.output)
+    before, after = os.path.getsize(args.input), os.path.getsize(args.output)
+    resident, resident8 = weight_bytes(model), weight_bytes(model8)
+    print(f"{'':18s} {'before':>12s} {'after':>12s}")
+    print(f"{'file':18s} {_mib(before):>12s} {_mib(after):>12s}  ({before / after:.2f}x smaller)")
+    print(f"{'weights in memory':18s} {_mib(resident):>12s} {_mib(resident8):>12s}  "
+          f"({resident / resident8:.2f}x smaller)")
+    print(f"wrote {args.output} ({args.bits} bits, "
+          + ("one scale per row)" if args.group_size is None
+             else f"one scale per {args.group_size} values)"))
+    return 0
