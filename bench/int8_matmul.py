@@ -1,6 +1,7 @@
 """Time the int8 weight matmul options against the float32 matmul, for decode and prefill.
 
     python bench/int8_matmul.py [--rows 1 128] [--repeat 7]
+    python bench/int8_matmul.py --decode 128     # tokens/s of a random Sprout-size model
 
 Shapes (out, in) are the linear layers of the Sprout size (d_model 384, d_ff 1024) and of
 GPT-2 small. For each option the table gives microseconds per call (the best of `repeat`
@@ -67,12 +68,37 @@ def options(x, w, q, s):
     return opts
 
 
+def decode_speed(new_tokens: int) -> None:
+    """Greedy cached decode of a random Sprout-size model, float32 against its int8 copy."""
+    import minillm
+    from minillm.quantize import weight_bytes
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=8192, context_length=512, d_model=384,
+                              n_layers=8, n_heads=6, d_ff=1024)
+    model = minillm.random_model(cfg, seed=0, dtype="float32")
+    prompt = list(range(1, 17))
+    for name, m in [("float32", model), ("int8", minillm.quantize(model))]:
+        minillm.generate(m, prompt, max_new_tokens=4, temperature=0)  # warm up
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            minillm.generate(m, prompt, max_new_tokens=new_tokens, temperature=0)
+            best = min(best, time.perf_counter() - t0)
+        print(f"{name:8s} {new_tokens / best:7.1f} tokens/s   weights in memory "
+              f"{weight_bytes(m) / 2**20:6.2f} MiB", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 128],
                         help="rows of x: 1 is a decode step, more is a prefill")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--decode", type=int, default=0, metavar="N",
+                        help="instead: decode N tokens with a random Sprout-size model")
     args = parser.parse_args(argv)
+    if args.decode:
+        decode_speed(args.decode)
+        return 0
     rng = np.random.default_rng(0)
     print(f"numpy {np.__version__}; block buffer in minillm: {BLOCK_BYTES // 1024} KiB")
     for n in args.rows:

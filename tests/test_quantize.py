@@ -244,3 +244,17 @@ def test_cli_quantize_writes_an_int8_file_and_reports_sizes(tmp_path, capsys):
     assert main(["quantize", str(tmp_path / "f.npz"), str(tmp_path / "x.npz"),
                  "--group_size", "3"]) == 2
     assert "group_size" in capsys.readouterr().err
+
+
+def test_quality_compare_on_identical_and_uniform_models():
+    from minillm.quality import compare, next_token_loss, windows
+
+    model = minillm.random_model(CFG, seed=9)
+    wins = windows(np.arange(40) % CFG.vocab_size, 8)
+    r = compare(model, model, wins, batch_size=3)
+    assert r.positions == 40 and r.same_top == 1.0 and r.loss_float == r.loss_quant
+    assert abs(r.cosine - 1) < 1e-6
+    uniform = np.zeros((2, 5, 30))  # every token equally likely: loss = ln V
+    np.testing.assert_allclose(next_token_loss(uniform, np.zeros((2, 5), int)), np.log(30))
+    r8 = compare(model, minillm.quantize(model, bits=2), wins)
+    assert r8.cosine < 1 and r8.loss_quant != r8.loss_float

@@ -1,0 +1,102 @@
+"""Quantization quality on held-out text: float vs int8, and the lower-bit experiment.
+
+    python bench/quant_quality.py MODEL.npz --text weights/web_valid.txt [--tokenizer T.json]
+    python bench/quant_quality.py --random          # no trained model: a random Sprout-size one
+
+Table 1 (float32 vs int8 with one scale per row): file size, resident weight bytes, logit cosine
+similarity, share of positions with the same top token, held-out loss (nats/token).
+Table 2: held-out loss when every linear weight is rounded to 8, 6, 5, 4, 3, 2 bits, with one
+scale per row and with one scale for the whole matrix. The output layer stays float throughout.
+A random model's losses say nothing about language; they only show the tooling runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import minillm  # noqa: E402
+from minillm.quality import compare, loss, windows  # noqa: E402
+from minillm.quantize import QuantizedWeight, is_linear_weight, weight_bytes  # noqa: E402
+
+SPROUT = minillm.ModelConfig(arch="modern", vocab_size=8192, context_length=512, d_model=384,
+                             n_layers=8, n_heads=6, d_ff=1024)
+
+
+def per_matrix(model, bits: int):
+    """Every linear weight but lm_head rounded with one scale for the whole matrix."""
+    qmax = 2 ** (bits - 1) - 1
+    params = {}
+    for name, w in model.params.items():
+        if is_linear_weight(name) and not name.startswith("lm_head"):
+            s = np.float32(max(np.abs(w).max() / qmax, np.finfo(np.float32).tiny))
+            q = np.clip(np.rint(w / s), -qmax, qmax).astype(np.int8)
+            w = QuantizedWeight(q, np.full(w.shape[0], s, np.float32), bits)
+        params[name] = w
+    return minillm.Model(model.config, params, model.tokenizer)
+
+
+def file_size(model) -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        minillm.save(model, os.path.join(folder, "m.npz"))
+        return os.path.getsize(os.path.join(folder, "m.npz"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_path", nargs="?", help="a float minillm .npz model")
+    parser.add_argument("--text", default="weights/web_valid.txt", help="held-out text")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer.json, if the model file carries none")
+    parser.add_argument("--random", action="store_true",
+                        help="a random Sprout-size model on random tokens")
+    parser.add_argument("--windows", type=int, default=16)
+    parser.add_argument("--length", type=int, default=256, help="tokens per window")
+    parser.add_argument("--bits", type=int, nargs="+", default=[8, 6, 5, 4, 3, 2])
+    args = parser.parse_args(argv)
+    if args.random:
+        model = minillm.random_model(SPROUT, seed=0)
+        ids = np.random.default_rng(0).integers(0, SPROUT.vocab_size, args.windows * args.length)
+        print("random Sprout-size model on random tokens (losses are not language figures)")
+    elif args.model_path:
+        model = minillm.load(args.model_path)
+        tokenizer = model.tokenizer
+        if args.tokenizer:
+            from minillm.tokenizer import load_tokenizer
+            tokenizer = load_tokenizer(args.tokenizer)
+        if tokenizer is None:
+            parser.error("the model has no tokenizer: give --tokenizer")
+        ids = tokenizer.encode(Path(args.text).read_text(encoding="utf-8"))
+        print(f"{args.model_path} on {args.text} ({len(ids):,} tokens)")
+    else:
+        parser.error("give MODEL.npz or --random")
+    length = min(args.length, model.config.context_length)
+    wins = windows(ids, length, args.windows)
+    print(f"{len(wins)} windows of {length} tokens\n")
+
+    model8 = minillm.quantize(model)
+    r = compare(model, model8, wins)
+    mib = 2 ** 20
+    print(f"{'model':8s} {'file':>10s} {'resident':>10s} {'cosine':>9s} {'same top':>9s} "
+          f"{'loss':>7s}")
+    print(f"{'float32':8s} {file_size(model) / mib:>6.2f} MiB {weight_bytes(model) / mib:>6.2f} "
+          f"MiB {1:>9.5f} {100:>8.1f}% {r.loss_float:>7.4f}")
+    print(f"{'int8':8s} {file_size(model8) / mib:>6.2f} MiB {weight_bytes(model8) / mib:>6.2f} "
+          f"MiB {r.cosine:>9.5f} {100 * r.same_top:>8.1f}% {r.loss_quant:>7.4f}")
+
+    print(f"\nloss (nats/token); float32: {r.loss_float:.4f}")
+    print(f"{'bits':>4s} {'per row':>9s} {'per matrix':>11s}")
+    for bits in args.bits:
+        row = loss(minillm.quantize(model, bits=bits), wins)
+        matrix = loss(per_matrix(model, bits), wins)
+        print(f"{bits:>4d} {row:>9.4f} {matrix:>11.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
