@@ -4,6 +4,8 @@
     minillm generate --model_path M.npz --prompt "..." --top_k 0 --min_p 0.05
     minillm generate --model_path M.npz --prompt_ids 1,2,3 --greedy --max_new_tokens 50
     minillm generate --model_path M.npz --int8 "Once upon a time"
+    minillm generate --model_path M.npz --draft_model D.npz --draft_k 4 "Once upon a time"
+    minillm generate --model_path M.npz --draft ngram "Once upon a time"
 
 The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr.
 """
@@ -26,6 +28,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load (one scale per row); "
                              "an already int8 file runs as it is")
+    speculative = parser.add_argument_group("speculative decoding (same output distribution)")
+    speculative.add_argument("--draft_model", default=None, metavar="PATH",
+                             help="a smaller model sharing the tokenizer guesses the next tokens")
+    speculative.add_argument("--draft", choices=["ngram"], default=None,
+                             help="guess by prompt lookup: continue the latest earlier "
+                                  "occurrence of the last tokens")
+    speculative.add_argument("--draft_k", type=int, default=4, metavar="K",
+                             help="guesses per target pass (default 4)")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
     parser.add_argument("--stop", default=None, metavar="TOKENS",
@@ -64,7 +74,7 @@ def sampling_knobs(args) -> dict:
                 min_p=args.min_p, repetition_penalty=args.repetition_penalty)
 
 
-def load_model(path):
+def load_model(path, flag="--model_path"):
     """The model at `path`, or the shipped default; a missing file is a one-line error."""
     from . import UsageError
     from ..weights import load
@@ -75,7 +85,7 @@ def load_model(path):
                              "this checkout; give --model_path FILE")
         path = DEFAULT_MODEL
     if not Path(path).is_file():
-        raise UsageError(f"--model_path: no such file: {path}")
+        raise UsageError(f"{flag}: no such file: {path}")
     return load(path)
 
 
@@ -137,10 +147,27 @@ def stop_tokens(text, model) -> list[int]:
 
 # -- the command ----------------------------------------------------------------------------
 
-def token_stream(model, prompt, args):
-    """The iterator of new tokens for these arguments (other decoders plug in here)."""
+def token_stream(model, prompt, args, stats=None):
+    """The iterator of new tokens for these arguments: plain or speculative decoding."""
+    from . import UsageError
     from ..generate import stream
+    from ..speculative import speculative_stream
 
+    draft = args.draft
+    if args.draft_model is not None:
+        if draft is not None:
+            raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
+        draft = load_model(args.draft_model, "--draft_model")
+        if args.int8:
+            from ..quantize import quantize
+
+            draft = quantize(draft)
+    if draft is not None:
+        if args.no_cache:
+            raise UsageError("--no_cache: speculative decoding always uses the KV cache")
+        return speculative_stream(model, draft, prompt, args.max_new_tokens, args.draft_k,
+                                  **sampling_knobs(args), seed=args.seed,
+                                  stop_tokens=stop_tokens(args.stop, model), stats=stats)
     return stream(model, prompt, args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
                   stop_tokens=stop_tokens(args.stop, model), use_cache=not args.no_cache)
 
@@ -169,7 +196,10 @@ def run(args) -> int:
 
         model = quantize(model)
     prompt = prompt_ids(args, model)
-    tokens = token_stream(model, prompt, args)  # checks every knob before any output
+    from ..speculative import SpeculativeStats
+
+    stats = SpeculativeStats()
+    tokens = token_stream(model, prompt, args, stats)  # checks every knob before any output
     write = text_writer(model.tokenizer, sys.stdout)
     write(prompt)
     start, n = time.perf_counter(), 0
@@ -182,4 +212,9 @@ def run(args) -> int:
     cache = "no cache" if args.no_cache else "KV cache"
     print(f"[{n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):.1f} tokens/s, {cache}, "
           f"prompt {len(prompt)} tokens]", file=sys.stderr)
+    if stats.target_calls:
+        print(f"[speculative: {stats.acceptance_rate:.0%} of {stats.proposed} guesses kept, "
+              f"{stats.tokens_per_target_call:.2f} tokens per target pass, "
+              f"{stats.target_calls} target passes, {stats.draft_calls} draft passes]",
+              file=sys.stderr)
     return 0

@@ -1,0 +1,160 @@
+"""Speculative decoding (Leviathan et al., 2023; Chen et al., 2023): a cheap drafter guesses
+k tokens, the target checks all of them in one cached forward pass, and an accept/resample
+rule makes the output follow the target's distribution exactly, whatever the drafter.
+
+For a guess x drawn from the drafter's q, with p the target's distribution at that position:
+
+    keep x with probability min(1, p(x) / q(x))
+    at the first rejection, draw the replacement from residual = max(0, p - q) / sum(max(0, p - q))
+    if all k guesses are kept, the target's next row gives one more token (the bonus)
+
+Why this is exact: a token x comes out of one step either because it was drafted and kept,
+q(x) min(1, p(x)/q(x)) = min(p(x), q(x)), or because a rejection resampled it,
+(1 - sum_y min(p(y), q(y))) residual(x) = max(0, p(x) - q(x)), since 1 - sum min(p, q) is the
+total by which p exceeds q. The two add up to p(x). p and q are the *filtered* distributions
+(temperature, top-k, top-p, min-p, repetition penalty): the rule is exact for whatever
+distribution the target samples from, as long as q is the distribution the guess was drawn from.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .drafters import ModelDrafter, NgramDrafter, draw
+from .sampling import check_knobs, filtered_probs
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """max(0, p - q), renormalised: where the target wants more mass than the draft gave.
+
+    If p == q there is nothing left over (and a rejection cannot happen); p is returned.
+    """
+    r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def accept(p: np.ndarray, q: np.ndarray, drafted, u, v: float) -> tuple[int, int]:
+    """The accept/resample rule for one block of guesses: how many are kept, and the next token.
+
+    p: (k + 1, V) the target's distributions after the text and after each guess;
+    q: (k, V) the drafter's distributions the guesses were drawn from; drafted: k tokens;
+    u: k uniforms in [0, 1) for the accept tests; v: one uniform for the final draw.
+    """
+    for i, x in enumerate(drafted):
+        # keep x with probability min(1, p/q): u < p/q, written without dividing by q
+        if u[i] * q[i, x] >= p[i, x]:
+            return i, draw(residual(p[i], q[i]), v)
+    return len(drafted), draw(p[len(drafted)], v)  # every guess kept: the bonus token
+
+
+@dataclass
+class SpeculativeStats:
+    """What one call cost: guesses proposed and kept, forward passes, wall time."""
+
+    proposed: int = 0
+    accepted: int = 0
+    new_tokens: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Kept guesses / proposed guesses."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+
+def speculative_generate(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
+                         top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
+                         stop_tokens=(), rng=None, ngram=3):
+    """Prompt + new tokens from `target`, with guesses from `draft`, and the SpeculativeStats.
+
+    draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
+    `ngram` tokens), or any object with propose(text, k, rng) -> (guesses, q) and a `calls`
+    counter. The output has the distribution of minillm.generate with the same knobs; at
+    temperature 0 it is the same text, token for token, window slides included.
+    """
+    stats = SpeculativeStats()
+    new = list(speculative_stream(target, draft, prompt_ids, max_new_tokens, k, temperature,
+                                  top_k, top_p, min_p, repetition_penalty, seed, stop_tokens,
+                                  rng, ngram, stats))
+    return [int(t) for t in prompt_ids] + new, stats
+
+
+def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
+                       top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
+                       stop_tokens=(), rng=None, ngram=3, stats=None):
+    """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
+    updated as it goes. Arguments are checked here, before the first token."""
+    check_knobs(temperature, top_k, top_p, min_p, repetition_penalty)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                 repetition_penalty=repetition_penalty)
+    vocab = target.config.vocab_size
+    drafter = make_drafter(draft, vocab, knobs, ngram)
+    text = [int(t) for t in prompt_ids]
+    if not text or min(text) < 0 or max(text) >= vocab:
+        raise ValueError(f"prompt_ids: need at least one id, all in [0, {vocab})")
+    rng = np.random.default_rng(seed) if rng is None else rng
+    stats = SpeculativeStats() if stats is None else stats
+    return _rounds(target, drafter, text, max_new_tokens, k, knobs, {int(t) for t in stop_tokens},
+                   rng, stats)
+
+
+def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
+    """Draft, verify, accept: one round per target forward pass, until a stop or the limit."""
+    started = time.perf_counter()
+    W = target.config.context_length
+    cache = target.new_cache()
+    start = max(0, len(text) - W)  # the view is text[start:], as in generate
+    while stats.new_tokens < max_new_tokens:
+        view = len(text) - start
+        # Each position is predicted from the same view that plain generation would use:
+        # the view may grow to W tokens, so at most W - view guesses fit in this block.
+        room = min(k, W - view, max_new_tokens - stats.new_tokens - 1)
+        guesses, q = drafter.propose(text, room, rng)
+        fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
+        logits = target.forward(np.array([fresh]), cache)[0, -len(guesses) - 1:]
+        stats.target_calls += 1
+        p = filtered_probs(logits, **knobs, history=[text + guesses[:i]
+                                                     for i in range(len(guesses) + 1)])
+        kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
+        stats.proposed += len(guesses)
+        stats.accepted += kept
+        stats.draft_calls = drafter.calls
+        cache.truncate(view + kept)  # keep the accepted guesses, forget the rest
+        for t in guesses[:kept] + [token]:
+            text.append(t)
+            stats.new_tokens += 1
+            stats.seconds = time.perf_counter() - started
+            yield t
+            if t in stops or stats.new_tokens == max_new_tokens:
+                return
+        if len(text) - start > W:  # the view overflowed with the last token: slide
+            start = len(text) - max(1, W // 2)
+            cache.reset()
+
+
+def make_drafter(draft, vocab, knobs, ngram):
+    """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object."""
+    if isinstance(draft, str):
+        if draft != "ngram":
+            raise ValueError(f"draft: expected a model or 'ngram', got {draft!r}")
+        return NgramDrafter(vocab, n=ngram)
+    if hasattr(draft, "propose"):
+        return draft
+    if draft.config.vocab_size != vocab:
+        raise ValueError(f"draft: its vocabulary has {draft.config.vocab_size} tokens, the "
+                         f"target's {vocab}; both must share one tokenizer")
+    return ModelDrafter(draft, knobs)

@@ -1,0 +1,275 @@
+"""Speculative decoding is exact: the accept/resample rule reproduces the target's distribution
+for any draft, greedy speculative decoding is greedy decoding, and rollback leaves each cache as
+a fresh prefill of the accepted text would."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import minillm
+from minillm import speculative
+from minillm.drafters import ModelDrafter, draw, lookup
+from minillm.generate import generate
+from minillm.sampling import filtered_probs
+from minillm.speculative import accept, residual, speculative_generate
+from tests.helpers import tiny_configs
+from tests.stats import chi_square, chi_square_critical
+
+
+def distributions(n):
+    """Probability vectors over n tokens, zeros included."""
+    weights = arrays(np.float64, n, elements=st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0,
+                                                               2.0, 7.0]))
+    return weights.filter(lambda w: w.sum() > 0).map(lambda w: w / w.sum())
+
+
+# -- the rule itself, in closed form ---------------------------------------------------------
+
+@given(st.integers(2, 8).flatmap(lambda n: st.tuples(distributions(n), distributions(n))))
+def test_one_step_distribution_is_exactly_the_target(pq):
+    """P(x) = q(x) min(1, p(x)/q(x)) + (1 - sum_y min(p(y), q(y))) residual(x) = p(x)."""
+    p, q = pq
+    kept = np.where(q > 0, q * np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 0.0)
+    rejected = 1.0 - np.minimum(p, q).sum()
+    out = kept + rejected * residual(p, q)
+    np.testing.assert_allclose(out, p, rtol=0, atol=1e-12)
+
+
+@given(st.integers(2, 8).flatmap(lambda n: st.tuples(distributions(n), distributions(n))),
+       st.floats(0, 0.999999))
+def test_accept_keeps_with_probability_min_1_p_over_q_and_resamples_from_the_residual(pq, v):
+    p, q = pq
+    p2 = np.stack([p, p[::-1]])  # the second row is the bonus distribution
+    for x in np.flatnonzero(q):
+        ratio = p[x] / q[x]
+        # kept exactly for u < p/q: an interval of length min(1, p/q)
+        if ratio > 0:
+            assert accept(p2, q[None], [x], [min(ratio, 1.0) * (1 - 1e-9)], v) == \
+                (1, draw(p2[1], v))
+        if ratio < 1:
+            kept, token = accept(p2, q[None], [x], [ratio * (1 + 1e-9) + 1e-300], v)
+            assert (kept, token) == (0, draw(residual(p, q), v))
+            assert p[token] > q[token]  # the replacement comes from where p exceeds q
+
+
+@given(distributions(6), st.data())
+def test_draw_is_the_inverse_cdf(probs, data):
+    cdf = np.cumsum(probs)
+    lower = np.concatenate([[0.0], cdf[:-1]])
+    for i in np.flatnonzero(probs):  # token i owns u in [lower_i, cdf_i): an interval of p_i
+        assert draw(probs, (lower[i] + cdf[i]) / 2) == i
+    u = data.draw(st.floats(0, 1, exclude_max=True))
+    assert probs[draw(probs, u)] > 0
+
+
+# -- end to end, against the exact distribution of whole continuations ----------------------
+
+VOCAB, NEW = 4, 3
+TARGET = minillm.random_model(minillm.ModelConfig(
+    arch="modern", vocab_size=VOCAB, context_length=16, d_model=8, n_layers=2, n_heads=2,
+    n_kv_heads=1, d_ff=12), seed=10, dtype="float64", std=1.0)
+DRAFT = minillm.random_model(minillm.ModelConfig(
+    arch="classic", vocab_size=VOCAB, context_length=16, d_model=4, n_layers=1, n_heads=1),
+    seed=11, dtype="float64", std=1.0)
+# A nearly flat draft: its unfiltered softmax differs most from its top-k-filtered one.
+FLAT_DRAFT = minillm.random_model(DRAFT.config, seed=11, dtype="float64", std=0.3)
+PROMPT = [1, 2]
+KNOBS = {
+    "plain": dict(temperature=1.0),
+    "filtered": dict(temperature=0.8, top_k=3, top_p=0.9, min_p=0.05),
+    "penalty": dict(temperature=1.2, repetition_penalty=1.5),
+}
+
+
+def exact_continuations(model, prompt, knobs):
+    """P(c) for every continuation c of NEW tokens, multiplying the model's filtered p."""
+    probs = {}
+    for cont in itertools.product(range(VOCAB), repeat=NEW):
+        text, prob = list(prompt), 1.0
+        for t in cont:
+            logits = model.forward(np.array([text]))[0, -1]
+            prob *= filtered_probs(logits, **knobs, history=[text])[t]
+            text.append(t)
+        probs[cont] = prob
+    return probs
+
+
+def empirical_chi_square(draft, knobs, runs=3000, k=2):
+    exact = exact_continuations(TARGET, PROMPT, knobs)
+    index = {c: i for i, c in enumerate(exact)}
+    counts = np.zeros(len(exact))
+    rng = np.random.default_rng(1234)
+    for _ in range(runs):
+        out, _ = speculative_generate(TARGET, draft, PROMPT, max_new_tokens=NEW, k=k, rng=rng,
+                                      **knobs)
+        counts[index[tuple(out[len(PROMPT):])]] += 1
+    stat, df = chi_square(counts, np.array(list(exact.values())))
+    return stat, chi_square_critical(df)
+
+
+@pytest.mark.parametrize("name", sorted(KNOBS))
+def test_output_follows_the_target_distribution_whatever_the_draft(name):
+    """Chi-square at the 0.1% level: a correct sampler fails with probability 1e-3."""
+    stat, critical = empirical_chi_square(DRAFT, KNOBS[name])
+    assert stat < critical
+
+
+def test_ngram_drafter_keeps_the_target_distribution():
+    stat, critical = empirical_chi_square("ngram", KNOBS["filtered"])
+    assert stat < critical
+
+
+class UnfilteredQDrafter(ModelDrafter):
+    """A wrong drafter: it samples from the filtered q but reports the unfiltered softmax."""
+
+    def propose(self, text, k, rng):
+        guesses, q = super().propose(text, k, rng)
+        raw = np.zeros_like(q)
+        for i in range(len(guesses)):
+            logits = self.model.forward(np.array([text + guesses[:i]]))[0, -1]
+            raw[i] = filtered_probs(logits, temperature=self.knobs["temperature"])
+        return guesses, raw
+
+
+@pytest.mark.parametrize("drafter, detected", [(ModelDrafter, False),
+                                               (UnfilteredQDrafter, True)])
+def test_negative_control_unfiltered_q_is_detected(drafter, detected):
+    """The same test with the correct drafter passes, and with the unfiltered q fails."""
+    knobs = dict(temperature=1.0, top_k=2)
+    stat, critical = empirical_chi_square(drafter(FLAT_DRAFT, knobs), knobs)
+    assert (stat > critical) == detected
+
+
+def test_negative_control_always_accepting_is_detected(monkeypatch):
+    def always_accept(p, q, drafted, u, v):
+        return len(drafted), draw(p[len(drafted)], v)
+
+    monkeypatch.setattr(speculative, "accept", always_accept)
+    stat, critical = empirical_chi_square(DRAFT, KNOBS["plain"])
+    assert stat > critical
+
+
+# -- greedy: the same text, token for token ---------------------------------------------------
+
+@given(st.data())
+def test_greedy_speculative_equals_greedy_target(data):
+    cfg = data.draw(tiny_configs(context_length=data.draw(st.integers(3, 12))))
+    target = minillm.random_model(cfg, seed=data.draw(st.integers(0, 99)), dtype="float64",
+                                  std=1.0)
+    draft_cfg = data.draw(tiny_configs(context_length=data.draw(st.integers(3, 12))))
+    draft_cfg.vocab_size = cfg.vocab_size
+    draft = data.draw(st.sampled_from(["ngram", "model"]))
+    if draft == "model":
+        draft = minillm.random_model(minillm.ModelConfig.from_dict(draft_cfg.to_dict()), seed=5,
+                                     dtype="float64", std=1.0)
+    prompt = data.draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=1, max_size=15))
+    new = data.draw(st.integers(1, 3 * cfg.context_length))  # crosses the window slide
+    k = data.draw(st.integers(1, 5))
+    expected = generate(target, prompt, max_new_tokens=new, temperature=0)
+    out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
+                                      temperature=0)
+    assert out == expected
+    assert stats.new_tokens == new and stats.accepted <= stats.proposed
+
+
+def test_stop_tokens_and_limit_are_exact_inside_an_accepted_block():
+    text = [0, 1, 2, 3] * 3
+    expected = generate(TARGET, text, max_new_tokens=20, temperature=0)
+    stop = expected[len(text) + 5]
+    out, _ = speculative_generate(TARGET, "ngram", text, max_new_tokens=20, k=4, temperature=0,
+                                  stop_tokens=[stop])
+    assert out[-1] == stop and stop not in out[len(text):-1]
+    assert out == expected[:len(out)]
+    for limit in range(1, 7):
+        out, stats = speculative_generate(TARGET, DRAFT, text, max_new_tokens=limit, k=4,
+                                          temperature=0)
+        assert len(out) == len(text) + limit == len(text) + stats.new_tokens
+
+
+# -- rollback: every cache equals a fresh prefill of the accepted text ------------------------
+
+class CheckedModel:
+    """Wraps a model; before each cached forward pass, checks that the cache's rows equal a
+    fresh prefill of the tokens the model has been given and not rolled back."""
+
+    def __init__(self, model):
+        self.model, self.config, self.fed, self.checks = model, model.config, [], 0
+
+    def new_cache(self, *args, **kwargs):
+        self.fed = []
+        return self.model.new_cache(*args, **kwargs)
+
+    def forward(self, tokens, cache=None):
+        n = cache.length
+        del self.fed[n:]
+        if n:
+            fresh = self.model.new_cache()
+            self.model.forward(np.array([self.fed]), fresh)
+            np.testing.assert_allclose(cache.k[:, :, :, :n], fresh.k[:, :, :, :n], atol=1e-12)
+            np.testing.assert_allclose(cache.v[:, :, :, :n], fresh.v[:, :, :, :n], atol=1e-12)
+            self.checks += 1
+        self.fed += list(tokens[0])
+        return self.model.forward(tokens, cache)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_rollback_leaves_caches_as_a_fresh_prefill_would(temperature):
+    target, draft = CheckedModel(TARGET), CheckedModel(DRAFT)
+    _, stats = speculative_generate(target, ModelDrafter(draft, dict(temperature=temperature)),
+                                    PROMPT, max_new_tokens=40, k=3, temperature=temperature)
+    assert 0 < stats.accepted < stats.proposed  # some guesses were rejected and rolled back
+    assert target.checks > 5 and draft.checks > 5
+
+
+def test_lookup_finds_the_latest_earlier_occurrence():
+    assert lookup([5, 6, 7, 9, 5, 6, 8, 1, 5, 6], 2, n=2) == [8, 1]
+    assert lookup([1, 2, 3], 2, n=3) == []
+    assert lookup([4, 4], 3, n=2) == [4]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="k: must be"):
+        speculative_generate(TARGET, DRAFT, PROMPT, k=0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        other = minillm.random_model(minillm.ModelConfig(
+            arch="classic", vocab_size=VOCAB + 1, context_length=8, d_model=4, n_layers=1,
+            n_heads=1))
+        speculative_generate(TARGET, other, PROMPT)
+    with pytest.raises(ValueError, match="draft"):
+        speculative_generate(TARGET, "bigram", PROMPT)
+
+
+# -- the command line -------------------------------------------------------------------------
+
+def test_cli_speculative_prints_the_greedy_text_and_the_stats(tmp_path, capsys):
+    from minillm.cli import main
+
+    minillm.save(TARGET, tmp_path / "t.npz")
+    minillm.save(DRAFT, tmp_path / "d.npz")
+    expected = generate(TARGET, PROMPT, max_new_tokens=12, temperature=0)
+    for draft in (["--draft_model", tmp_path / "d.npz", "--draft_k", "3"], ["--draft", "ngram"]):
+        code = main(["generate", "--model_path", str(tmp_path / "t.npz"), "--prompt_ids", "1,2",
+                     "--greedy", "--max_new_tokens", "12", *map(str, draft)])
+        out, err = capsys.readouterr()
+        assert code == 0 and [int(t) for t in out.split()] == expected
+        assert "tokens per target pass" in err
+
+
+def test_cli_speculative_bad_input_is_one_line(tmp_path, capsys):
+    from minillm.cli import main
+
+    minillm.save(TARGET, tmp_path / "t.npz")
+    other = minillm.random_model(minillm.ModelConfig(
+        arch="classic", vocab_size=VOCAB + 3, context_length=8, d_model=4, n_layers=1, n_heads=1))
+    minillm.save(other, tmp_path / "o.npz")
+    base = ["generate", "--model_path", str(tmp_path / "t.npz"), "--prompt_ids", "1"]
+    for extra, message in ((["--draft_model", str(tmp_path / "o.npz")], "vocabulary"),
+                           (["--draft_model", str(tmp_path / "nope.npz")], "no such file"),
+                           (["--draft", "ngram", "--draft_k", "0"], "k: must be"),
+                           (["--draft", "ngram", "--no_cache"], "always uses the KV cache")):
+        code = main(base + extra)
+        out, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
