@@ -6,7 +6,7 @@ import sys
 import time
 import traceback
 
-from . import batch, cache, decode, int8, machine, prefill, speculative, tokenizing
+from . import batch, cache, decode, goals, int8, machine, prefill, speculative, tokenizing
 from .contenders import context
 from .shapes import settings
 from .table import markdown
@@ -57,6 +57,8 @@ def run_all(args, argv, threads) -> int:
         results.append((name, title, rows))
         parts.append(markdown(title, rows))
         print(parts[-1], flush=True)
+    parts.append(goals.markdown(results, s.quick))
+    print(parts[-1], flush=True)
     parts.append(f"Total time {time.perf_counter() - started:.0f} s.\n")
     print(parts[-1])
     if args.plots:

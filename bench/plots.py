@@ -3,6 +3,7 @@ tokens/s against length for cached and uncached generation."""
 from __future__ import annotations
 
 import os
+import textwrap
 
 
 def write(results: list, folder: str) -> str:
@@ -36,8 +37,9 @@ def _bars(plt, rows, title, path):
     ax.barh(range(len(rows)), medians, xerr=errors, color="tab:blue")
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(", ".join(sorted({r.unit for r in rows})))
-    ax.set_title(title, fontsize=9)
+    ax.set_xscale("log")  # the roofline and the slowest peers differ by orders of magnitude
+    ax.set_xlabel(", ".join(sorted({r.unit for r in rows})) + " (log scale)")
+    ax.set_title(textwrap.fill(title, 90), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -53,7 +55,7 @@ def _lengths(plt, rows, title, path):
     ax.set_xlabel("new tokens")
     ax.set_ylabel("tokens/s")
     ax.set_yscale("log")
-    ax.set_title(title, fontsize=8)
+    ax.set_title(textwrap.fill(title, 60), fontsize=8)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

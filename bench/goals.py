@@ -1,0 +1,79 @@
+"""Issue 8's goals, checked against this run's figures: one line per goal, met or not.
+
+Speed ratios are minillm float32's median speed over the other row's median (> 1: minillm
+is faster), the same figure as the tables' ratio column.
+"""
+from __future__ import annotations
+
+DECODE = [  # (size, contender, at least)
+    ("student", "transformers", 1.5), ("student", "PyTorch loop", 1.5),
+    ("Sprout", "transformers", 2.0), ("Sprout", "PyTorch loop", 1.5),
+    ("GPT-2-small", "transformers", 2.0), ("GPT-2-small", "PyTorch loop", 1.5)]
+ROOFLINE = [("Sprout", 0.5), ("GPT-2-small", 0.8)]
+
+
+def find(results, workload, case, contender):
+    """The row of `contender` in the first case of `workload` starting with `case`, or None."""
+    for name, _, rows in results:
+        for row in rows:
+            if (name == workload and row.case.startswith(case) and row.contender == contender
+                    and row.missing is None and row.values):
+                return row
+    return None
+
+
+def speed_ratio(mine, other) -> float:
+    if mine.unit == "s":
+        return other.median / mine.median
+    return mine.median / other.median
+
+
+def check(results) -> list:
+    """[(goal, measured, verdict)] for every goal whose rows this run has."""
+    lines = []
+
+    def compare(goal, mine, other, target, fmt="{:.2f}×"):
+        if mine is None or other is None:
+            lines.append((goal, "not measured", "—"))
+            return
+        r = speed_ratio(mine, other)
+        lines.append((goal, fmt.format(r), "met" if r >= target else "missed"))
+
+    for size, peer, target in DECODE:
+        compare(f"decode {size}: minillm f32 ≥ {target}× {peer}",
+                find(results, "decode", size, "minillm f32"), find(results, "decode", size, peer),
+                target)
+    for size, target in ROOFLINE:
+        compare(f"decode {size}: minillm f32 ≥ {target:.0%} of the roofline",
+                find(results, "decode", size, "minillm f32"),
+                find(results, "decode", size, "roofline"), target, "{:.0%}")
+    for peer, target in (("transformers", 2.0), ("PyTorch loop", 1.2)):
+        compare(f"batched rollouts: minillm f32 ≥ {target}× {peer}",
+                find(results, "batch", "", "minillm f32"), find(results, "batch", "", peer),
+                target)
+    for size in ("student", "Sprout", "GPT-2-small"):
+        f32 = find(results, "int8", f"{size}, linear", "minillm f32")
+        q8 = find(results, "int8", f"{size}, linear", "minillm int8")
+        if f32 and q8:
+            share = q8.median / f32.median
+            lines.append((f"int8 {size}: linear-layer bytes ≤ 30% of float32", f"{share:.1%}",
+                          "met" if share <= 0.30 else "missed"))
+    for size, target in (("GPT-2-small", 1.3), ("Sprout", 1.0)):
+        compare(f"int8 {size}: decode ≥ {target}× float32",
+                find(results, "int8", f"{size}, decode", "minillm int8"),
+                find(results, "int8", f"{size}, decode", "minillm f32"), target)
+    compare("speculative, shipped pair, greedy: ≥ 1.5× plain cached decoding",
+            find(results, "speculative", "shipped target + draft, greedy",
+                 "speculative, draft model"),
+            find(results, "speculative", "shipped target + draft, greedy", "minillm f32"), 1.5)
+    return lines
+
+
+def markdown(results, quick: bool = False) -> str:
+    lines = ["### Goals of issue 8", ""]
+    if quick:
+        lines += ["(--quick: tiny shapes, so these verdicts say nothing about the goals)", ""]
+    lines += ["| goal | this run | |", "| --- | --- | --- |"]
+    lines += [f"| {goal} | {measured} | {verdict} |" for goal, measured, verdict in
+              check(results)]
+    return "\n".join(lines) + "\n"
