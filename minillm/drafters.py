@@ -34,7 +34,7 @@ class ModelDrafter:
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
         for i in range(k):
-            logits = self.model.forward(np.array([fresh]), self.cache)[0, -1]
+            logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
             q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])

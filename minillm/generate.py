@@ -102,7 +102,7 @@ def _decode_loop(model, prompts, max_new_tokens, knobs, rng, stops, use_cache):
         shift, slid = append(window, token, W)
         if cache is None:  # the textbook loop: the whole visible text, every step
             logits = model.forward(np.maximum(window.tokens[:, :window.width], 0),
-                                   pad=window.pad)[:, -1]
+                                   pad=window.pad, last=1)[:, -1]
         else:
             logits = _decode(model, window, token, cache, shift, slid)
 
@@ -149,7 +149,7 @@ def _first_window(prompts, W: int) -> Window:
 def _prefill(model, window: Window, cache):
     """Logits of the last position of every row, after reading the whole window."""
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
-    return model.forward(tokens, cache, pad=window.pad)[:, -1]
+    return model.forward(tokens, cache, pad=window.pad, last=1)[:, -1]
 
 
 def _decode(model, window: Window, token, cache, shift: int, slid):
@@ -167,7 +167,7 @@ def _decode(model, window: Window, token, cache, shift: int, slid):
     keep = window.width - int(window.pad[slid[0]])
     fresh = model.new_cache(len(slid), capacity=keep)
     logits[slid] = model.forward(window.tokens[slid, window.width - keep:window.width],
-                                 fresh)[:, -1]
+                                 fresh, last=1)[:, -1]
     columns = slice(window.width - keep, window.width)
     cache.k[:, slid, :, columns] = fresh.k
     cache.v[:, slid, :, columns] = fresh.v

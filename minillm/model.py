@@ -51,7 +51,8 @@ class Model:
         return KVCache.empty(cfg.n_layers, batch_size, cfg.n_kv_heads, capacity, cfg.head_dim,
                              self.dtype)
 
-    def forward(self, tokens, cache: KVCache | None = None, pad=None) -> np.ndarray:
+    def forward(self, tokens, cache: KVCache | None = None, pad=None,
+                last: int | None = None) -> np.ndarray:
         """Logits for every position: (B, T) token ids -> (B, T, vocab_size).
 
         Without a cache the tokens are the whole text. With one, they continue the text the
@@ -59,6 +60,8 @@ class Model:
         attend to everything cached, and `cache.length` grows by T.
         pad: (B,) count of left-padding tokens per row (ragged batches); with a cache it is
         given once, at prefill, and remembered.
+        last: return only the logits of the last `last` positions, (B, last, V); a prefill
+        needs one row, and skipping the others saves most of the output layer's work.
         """
         cfg = self.config
         tokens = self._check_tokens(tokens)
@@ -83,6 +86,8 @@ class Model:
         x = self._embed(tokens, positions)  # (B, T, D)
         for layer in range(cfg.n_layers):
             x = self._block(x, layer, positions, mask, cache, start)
+        if last is not None:
+            x = x[:, -last:]
         x = self._norm(x, "final_norm")
         logits = linear(x, self.output_weight)  # (B, T, V)
         if cache is not None:

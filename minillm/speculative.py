@@ -125,7 +125,7 @@ def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
         room = min(k, W - view, max_new_tokens - stats.new_tokens - 1)
         guesses, q = drafter.propose(text, room, rng)
         fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
-        logits = target.forward(np.array([fresh]), cache)[0, -len(guesses) - 1:]
+        logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]
         stats.target_calls += 1
         p = filtered_probs(logits, **knobs, history=[text + guesses[:i]
                                                      for i in range(len(guesses) + 1)])

@@ -54,6 +54,9 @@ def test_prefill_in_one_call_equals_token_by_token_equals_random_chunks(data):
                              if b > a], axis=1)
     np.testing.assert_allclose(one_by_one, whole, rtol=0, atol=ATOL)
     np.testing.assert_allclose(chunks, whole, rtol=0, atol=ATOL)
+    last = data.draw(st.integers(1, length))
+    np.testing.assert_allclose(model.forward(tokens, last=last), model.forward(tokens)[:, -last:],
+                               rtol=0, atol=ATOL)
 
 
 @given(st.data())

@@ -202,7 +202,7 @@ class CheckedModel:
         self.fed = []
         return self.model.new_cache(*args, **kwargs)
 
-    def forward(self, tokens, cache=None):
+    def forward(self, tokens, cache=None, **kwargs):
         n = cache.length
         del self.fed[n:]
         if n:
@@ -212,7 +212,7 @@ class CheckedModel:
             np.testing.assert_allclose(cache.v[:, :, :, :n], fresh.v[:, :, :, :n], atol=1e-12)
             self.checks += 1
         self.fed += list(tokens[0])
-        return self.model.forward(tokens, cache)
+        return self.model.forward(tokens, cache, **kwargs)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
