@@ -17,6 +17,8 @@ def add_arguments(parser) -> None:
                         help="for a weights file: a minillm config JSON or a Hugging Face "
                              "config.json")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--no_tokenizer", action="store_true",
+                        help="leave a folder's tokenizer.json out of the .npz")
 
 
 def _naming(value):
@@ -43,7 +45,8 @@ def _run(args) -> int:
     from ..weights import save
 
     config = None if args.config is None else config_from_json_file(args.config)
-    model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype)
+    model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
+                    tokenizer=not args.no_tokenizer)
     save(model, args.out)
     cfg = model.config
     print(f"{args.out}: {cfg.arch}, {cfg.n_layers} layers, d_model {cfg.d_model}, "

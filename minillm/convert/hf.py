@@ -16,6 +16,7 @@ import numpy as np
 
 from .hf_config import config_from_hf, config_to_hf
 from .state_dict import from_state_dict
+from .train_args import config_from_model_args
 
 
 def _require(module: str, extra: str, what: str):
@@ -33,20 +34,28 @@ def read_checkpoint(path) -> dict:
     A training checkpoint that wraps the weights ({"model": ...} as nanoGPT and llama2.c save,
     or {"state_dict": ...}) is unwrapped.
     """
-    path = os.fspath(path)
+    return _read_checkpoint(os.fspath(path))[0]
+
+
+def _read_checkpoint(path):
+    """(state dict, the training checkpoint's model_args or None)."""
     if path.endswith(".index.json"):
-        return _read_sharded(path)
+        return _read_sharded(path), None
     if path.endswith(".safetensors"):
-        return _read_safetensors(path)
+        return _read_safetensors(path), None
     if path.endswith((".pt", ".pth", ".bin", ".ckpt")):
         torch = _require("torch", "convert", "reading a PyTorch checkpoint")
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        try:  # weights_only: tensors and plain containers, never code from the file
+            data = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a damaged file, or one that would need unpickling code
+            raise ValueError(f"{path}: cannot read the checkpoint ({e})") from None
+        model_args = data.get("model_args") if isinstance(data, dict) else None
         for key in ("model", "state_dict", "model_state_dict"):
             if isinstance(data, dict) and isinstance(data.get(key), dict):
                 data = data[key]
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a state dict, found a {type(data).__name__}")
-        return data
+        return data, model_args if isinstance(model_args, dict) else None
     raise ValueError(f"{path}: unknown checkpoint type; expected .safetensors, .pt, .pth, "
                      ".bin, .ckpt or a model folder")
 
@@ -82,18 +91,33 @@ def tokenizer_support() -> bool:
     return importlib.util.find_spec("minillm.tokenizer") is not None
 
 
-def from_hf_folder(folder, dtype="float32", naming="auto"):
-    """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model."""
+def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True):
+    """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model.
+
+    tokenizer=False leaves tokenizer.json out (minillm reads byte-level BPE tokenizers only).
+    """
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         config = config_from_hf(json.load(f))
     state_dict = read_checkpoint(_folder_weights(folder))
     tokenizer_path = os.path.join(folder, "tokenizer.json")
     tokenizer_json = None
-    if os.path.exists(tokenizer_path) and tokenizer_support():
+    if tokenizer and os.path.exists(tokenizer_path) and tokenizer_support():
         with open(tokenizer_path, encoding="utf-8") as f:
             tokenizer_json = f.read()
+        _check_tokenizer(tokenizer_json, tokenizer_path)
     return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
                            tokenizer_json=tokenizer_json)
+
+
+def _check_tokenizer(text, path) -> None:
+    """Fail early, and say how to go on without it, if minillm cannot read this tokenizer."""
+    from ..tokenizer import Tokenizer
+
+    try:
+        Tokenizer.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: minillm cannot read this tokenizer ({e}); convert the "
+                         "weights alone with --no_tokenizer (tokenizer=False)") from None
 
 
 def to_hf_state_dict(model) -> dict:
@@ -154,16 +178,20 @@ def export_hf(model, out_dir) -> None:
             f.write(model.tokenizer.to_json())
 
 
-def convert(src, naming="auto", config=None, dtype="float32"):
-    """A Model from a Hugging Face folder or a checkpoint file (+ its ModelConfig)."""
+def convert(src, naming="auto", config=None, dtype="float32", tokenizer=True):
+    """A Model from a Hugging Face folder or a checkpoint file and its ModelConfig (which a
+    nanoGPT or llama2.c training checkpoint carries as `model_args`)."""
     src = os.fspath(src)
     if os.path.isdir(src):
         if config is not None:
             raise ValueError("config: a Hugging Face folder carries its own config.json")
-        return from_hf_folder(src, dtype=dtype, naming=naming)
+        return from_hf_folder(src, dtype=dtype, naming=naming, tokenizer=tokenizer)
     if not os.path.exists(src):
         raise ValueError(f"{src}: no such file or folder")
+    state_dict, model_args = _read_checkpoint(src)
+    if config is None and model_args is not None:  # a nanoGPT or llama2.c training checkpoint
+        config = config_from_model_args(model_args, state_dict)
     if config is None:
         raise ValueError(f"config: {os.path.basename(src)} holds weights only; give the model's "
                          "config (a minillm config JSON or a Hugging Face config.json)")
-    return from_state_dict(read_checkpoint(src), config, naming=naming, dtype=dtype)
+    return from_state_dict(state_dict, config, naming=naming, dtype=dtype)

@@ -33,6 +33,7 @@ GPT2_CONFIGS = {
     "gpt2-h12-tied-gelu_new": dict(n_embd=48, n_head=4, n_layer=2, activation_function="gelu_new"),
     "gpt2-h32-untied-gelu": dict(n_embd=64, n_head=2, n_layer=3, activation_function="gelu",
                                  tie_word_embeddings=False),
+    "gpt2-h8-tied-gelu": dict(n_embd=32, n_head=4, n_layer=2, activation_function="gelu"),
     "gpt2-h4-untied-ff80": dict(n_embd=32, n_head=8, n_layer=1, n_inner=80,
                                 activation_function="gelu_pytorch_tanh",
                                 tie_word_embeddings=False),
@@ -192,20 +193,21 @@ def test_exported_minillm_model_loads_in_transformers_with_the_same_logits(kw, d
 def test_nanogpt_training_checkpoint_converts_from_the_command_line(tmp_path, capsys):
     """nanoGPT's names are GPT-2's, with nn.Linear (out, in) weights, a torch.compile prefix,
     causal-mask buffers, and the weights inside a training checkpoint."""
-    model = hf_model("gpt2-h12-tied-gelu_new", seed=8)
+    model = hf_model("gpt2-h8-tied-gelu", seed=8)  # nanoGPT: exact GELU, tied, biases
     state = {}
     for key, value in model.state_dict().items():
         conv1d = key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))
         state["_orig_mod." + key] = value.t().contiguous() if conv1d else value
     for i in range(model.config.n_layer):
         state[f"_orig_mod.transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, 8, 8))
-    torch.save({"model": state, "iter_num": 100, "model_args": {"n_layer": 2}},
+    state["_orig_mod.lm_head.weight"] = state["_orig_mod.transformer.wte.weight"]  # tied
+    model_args = dict(n_layer=2, n_head=4, n_embd=32, block_size=CONTEXT, bias=True,
+                      vocab_size=VOCAB, dropout=0.0)
+    torch.save({"model": state, "iter_num": 100, "model_args": model_args},
                tmp_path / "ckpt.pt")
-    cfg = config_from_hf(model.config.to_dict())
-    (tmp_path / "cfg.json").write_text(cfg.to_json())
-    assert main(["convert", str(tmp_path / "ckpt.pt"), str(tmp_path / "m.npz"),
-                 "--config", str(tmp_path / "cfg.json")]) == 0
+    assert main(["convert", str(tmp_path / "ckpt.pt"), str(tmp_path / "m.npz")]) == 0
     assert "classic" in capsys.readouterr().out
+    assert minillm.load(tmp_path / "m.npz").config == config_from_hf(model.config.to_dict())
     x = tokens(seed=9)
     np.testing.assert_allclose(minillm.load(tmp_path / "m.npz").forward(x), hf_logits(model, x),
                                rtol=0, atol=ATOL32)
@@ -236,10 +238,20 @@ def test_interleaved_rope_checkpoint_in_llama2c_naming(name, tmp_path):
     if cfg.tie_embeddings:  # llama2.c shares tok_embeddings and output
         state["output.weight"] = state["tok_embeddings.weight"]
     state["freqs_cos"] = torch.zeros(CONTEXT, cfg.head_dim // 2)  # ignored buffers
-    torch.save({"model": state}, tmp_path / "llama2c.pt")
-    (tmp_path / "cfg.json").write_text(json.dumps(model.config.to_dict()))
+    if cfg.tie_embeddings:  # llama2.c's own checkpoints carry their model_args
+        model_args = dict(dim=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                          n_kv_heads=cfg.n_kv_heads, vocab_size=VOCAB, multiple_of=32,
+                          norm_eps=cfg.norm_eps, max_seq_len=CONTEXT, dropout=0.0)
+        torch.save({"model": state, "model_args": model_args}, tmp_path / "llama2c.pt")
+        config_args = []
+        assert cfg.rope_theta == 10000.0  # llama2.c's fixed theta
+    else:  # Meta's consolidated.00.pth: the bare state dict, the config beside it
+        torch.save(state, tmp_path / "llama2c.pt")
+        (tmp_path / "cfg.json").write_text(json.dumps(model.config.to_dict()))
+        config_args = ["--config", str(tmp_path / "cfg.json")]
     assert main(["convert", str(tmp_path / "llama2c.pt"), str(tmp_path / "m.npz"),
-                 "--config", str(tmp_path / "cfg.json")]) == 0  # naming detected: meta
+                 *config_args]) == 0  # naming detected: meta
+    assert minillm.load(tmp_path / "m.npz").config == cfg
     x = tokens(seed=11)
     np.testing.assert_allclose(minillm.load(tmp_path / "m.npz").forward(x), hf_logits(model, x),
                                rtol=0, atol=ATOL32)
@@ -271,3 +283,13 @@ def test_tokenizer_json_travels_with_the_model(tmp_path):
     export_hf(minillm.load(tmp_path / "m.npz"), tmp_path / "out")
     again = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
     assert again.encode(text).ids == tok.encode(text).ids
+    assert convert(tmp_path / "hf", tokenizer=False).tokenizer is None
+
+
+def test_a_tokenizer_minillm_cannot_read_stops_the_conversion_with_a_way_on(tmp_path, capsys):
+    model = hf_model("llama-gqa4:2-h16-tied", seed=13)
+    model.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").write_text('{"model": {"type": "Unigram"}}')
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "m.npz")]) == 2
+    assert "--no_tokenizer" in capsys.readouterr().err
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "m.npz"), "--no_tokenizer"]) == 0
