@@ -10,7 +10,7 @@ quiet_pip() {
         | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
 quiet_pip "torch==2.13.0"
-quiet_pip -e ".[peers]"
+quiet_pip -e ".[peers]" -c .ci/constraints.txt
 python -c "import torch, transformers, safetensors, tokenizers" || {
     echo "ci: the peers extra did not install" >&2
     exit 1

@@ -62,7 +62,8 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None,
         e = np.exp((z - z.max(axis=-1, keepdims=True)) / temperature)  # (B, V), unnormalised
     keep = e > 0
     if top_k not in (None, 0) and top_k < V:
-        keep &= top_k_mask(e, top_k)
+        # Ranked by logit, not by e: two logits a hair apart can round to the same e.
+        keep &= top_k_mask(z, top_k)
     if top_p not in (None, 1, 1.0):
         keep &= top_p_mask(np.where(keep, e, 0.0), top_p)
     if min_p not in (None, 0, 0.0):
@@ -110,7 +111,8 @@ def apply_repetition_penalty(z, seen, penalty):
 
 
 def top_k_mask(e, k):
-    """Keep exactly the k largest entries of each row; among equal values, the lowest ids.
+    """Keep exactly the k largest entries of each row (logits or probabilities, the order is
+    the same); among equal values, the lowest ids.
 
     The k-th largest value v comes from np.partition; everything above v survives, then the
     entries equal to v fill the remaining places in order of token id.
