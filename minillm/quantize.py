@@ -20,8 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Rows widened per block: about this many bytes of float buffer (chosen by bench/int8_matmul.py).
-BLOCK_BYTES = 256 * 1024
+# Rows widened per block: about this many bytes of float buffer, the size of one core's L2
+# cache here. bench/int8_matmul.py measured 32 KiB to 1 MiB blocks and the whole matrix: small
+# blocks pay Python and BLAS call overhead per block, 1 MiB was as fast as widening the whole
+# matrix (within noise) without a temporary as large as the float matrix.
+BLOCK_BYTES = 1024 * 1024
 
 
 def quantize_rows(w, bits: int = 8, group_size: int | None = None):

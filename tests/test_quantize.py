@@ -5,6 +5,8 @@ activations the blocked float32 sums differ from it by float32 rounding, bounded
 1e-5 * sum_j |s_r Q_rj x_j| + 1e-30 (a few ulps per term, far above float32's 6e-8 per add, far below any
 bug, which shows up at the scale of the terms themselves). In float64: 1e-12 relative.
 """
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -90,15 +92,20 @@ def test_bad_arguments_raise_clear_errors():
         quantize_rows(np.ones(3))
 
 
-SHAPES = [(1, 1), (5, 3), (64, 48), (700, 96), (384, 1024)]  # (out, in); 700 rows span blocks
+SHAPES = [(1, 1), (5, 3), (64, 48), (700, 96), (384, 1024)]  # (out, in)
 
 
 @pytest.mark.parametrize("out_features, in_features", SHAPES)
 @pytest.mark.parametrize("lead", [(1, 1), (1, 7), (3, 1), (2, 5)])  # decode, prefill, batches
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("group_size", [None, 1])
+@pytest.mark.parametrize("block_bytes", [None, 3000])  # the default, and many ragged blocks
 def test_int8_matmul_equals_scaled_integer_dot_products(out_features, in_features, lead, dtype,
-                                                       group_size):
+                                                       group_size, block_bytes, monkeypatch):
+    if block_bytes is not None:
+        # the module, not the function minillm.quantize that shadows it as an attribute
+        monkeypatch.setattr(importlib.import_module("minillm.quantize"), "BLOCK_BYTES",
+                            block_bytes)
     rng = np.random.default_rng(out_features * 31 + in_features)
     w = rng.standard_normal((out_features, in_features))
     weight = QuantizedWeight.from_float(w, group_size=group_size)
