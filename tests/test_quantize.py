@@ -120,6 +120,18 @@ def test_int8_matmul_equals_scaled_integer_dot_products(out_features, in_feature
     assert np.all(np.abs(y - exact) <= rtol * np.abs(terms).sum(-1) + 1e-30)
 
 
+@pytest.mark.parametrize("out_features, in_features", [(1152, 384), (384, 384), (384, 1024)])
+def test_resident_bytes_stay_under_30_percent_of_float32_and_no_buffer_is_kept(out_features,
+                                                                              in_features):
+    w = np.random.default_rng(0).standard_normal((out_features, in_features)).astype(np.float32)
+    weight = QuantizedWeight.from_float(w)
+    before = {k: v.nbytes for k, v in vars(weight).items() if isinstance(v, np.ndarray)}
+    weight.matmul(np.ones((3, in_features), np.float32))
+    after = {k: v.nbytes for k, v in vars(weight).items() if isinstance(v, np.ndarray)}
+    assert before == after and sum(after.values()) == weight.nbytes
+    assert weight.nbytes <= 0.3 * w.nbytes
+
+
 def _model(cfg, dtype="float64"):
     return minillm.random_model(cfg, seed=5, dtype=dtype, std=0.5)
 
