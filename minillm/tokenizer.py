@@ -30,6 +30,7 @@ last byte arrives, so the streamed pieces always add up to ``decode`` of the who
 import codecs
 import functools
 import json
+from itertools import repeat
 import re
 import unicodedata
 
@@ -245,13 +246,14 @@ class Tokenizer:
         symbols = [BYTE_TO_CHAR[b] for b in word.encode("utf-8")]
         if self.ignore_merges and "".join(symbols) in self.vocab:
             return [self.vocab["".join(symbols)]]
-        ranks = self.ranks
+        ranks, never = self.ranks, len(self.ranks)
         while len(symbols) > 1:
-            pairs = zip(symbols, symbols[1:])
-            best = min(pairs, key=lambda pair: ranks.get(pair, float("inf")))
-            if best not in ranks:
+            pair_ranks = list(map(ranks.get, zip(symbols, symbols[1:]), repeat(never)))
+            best = min(pair_ranks)
+            if best == never:
                 break
-            symbols = _merge_pair(symbols, best)
+            i = pair_ranks.index(best)
+            symbols = _merge_pair(symbols, (symbols[i], symbols[i + 1]))
         try:
             return [self.vocab[s] for s in symbols]
         except KeyError as error:
