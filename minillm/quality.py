@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .evaluate import log_softmax
+
 
 @dataclass
 class QuantQuality:
@@ -34,11 +36,8 @@ def windows(ids, length: int, count: int | None = None) -> np.ndarray:
 
 def next_token_loss(logits: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """-log p(x_{t+1} | x_<=t) for every position but the last: (B, T, V), (B, T) -> (B, T-1)."""
-    z = logits[:, :-1].astype(np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    log_norm = np.log(np.exp(z).sum(axis=-1))  # (B, T-1)
-    target = np.take_along_axis(z, tokens[:, 1:, None], axis=-1)[..., 0]
-    return log_norm - target
+    logp = log_softmax(logits[:, :-1])  # (B, T-1, V), float64
+    return -np.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
 
 
 def compare(model_float, model_quant, windows_ids, batch_size: int = 4) -> QuantQuality:

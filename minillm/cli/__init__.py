@@ -7,9 +7,10 @@ exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
-from . import convert, export, generate, inspect, next_token, quantize
+from . import convert, evaluate, export, generate, inspect, next_token, quantize
 
 COMMANDS = {
     "inspect": inspect,
@@ -18,6 +19,7 @@ COMMANDS = {
     "generate": generate,
     "next": next_token,
     "quantize": quantize,
+    "eval": evaluate,
 }
 
 
@@ -27,11 +29,17 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minillm", description="LLM inference in NumPy.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="BLAS threads for NumPy (default 1: small matrices gain nothing "
+                             "from more, and threads stall when another process is busy; "
+                             "needs threadpoolctl for values other than the default)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()
         command = sub.add_parser(name, help=doc.splitlines()[0] if doc else None,
-                                 description=doc)
+                                 description=doc, parents=[common],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
     return parser
 
@@ -39,10 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command].run(args)
+        with blas_threads(args.threads):
+            return COMMANDS[args.command].run(args)
     except (UsageError, ValueError, OSError) as e:  # WeightsError is a ValueError
         print(f"minillm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def blas_threads(n: int):
+    """Limit NumPy's BLAS to n threads while a command runs (threadpoolctl, when installed).
+
+    Without threadpoolctl the default of 1 is left to the environment (OPENBLAS_NUM_THREADS);
+    asking for another number is then an error rather than a silent no-op.
+    """
+    if n < 1:
+        raise UsageError(f"--threads: must be at least 1, got {n}")
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        if n != 1:
+            raise UsageError("--threads: needs the threadpoolctl package "
+                             "(pip install threadpoolctl)") from None
+        yield
+        return
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
