@@ -50,9 +50,9 @@ def blocked(x, q, s, kib, buffer=None):
     rows = max(1, kib * 1024 // (4 * q.shape[1]))
     if buffer is None:
         buffer = np.empty((min(rows, q.shape[0]), q.shape[1]), np.float32)
-    y = np.empty((x.shape[0], q.shape[0]), np.float32)
-    blocked_matmul(x, q, s, y, buffer)
-    return y
+    y_t = np.empty((q.shape[0], x.shape[0]), np.float32)
+    blocked_matmul(x, q, s, y_t, buffer)
+    return y_t.T
 
 
 def options(x, w, q, s, copies: int = 1):

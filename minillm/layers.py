@@ -95,7 +95,15 @@ def linear(x, weight, bias=None):
     A quantized weight (minillm.quantize) is any object with a `matmul(x)` method that returns
     x @ W.T; a float weight is a NumPy array and goes straight to BLAS (the transpose is a view).
     """
-    y = x @ weight.T if isinstance(weight, np.ndarray) else weight.matmul(x)
+    if not isinstance(weight, np.ndarray):
+        y = weight.matmul(x)
+    elif x.size == x.shape[-1]:
+        y = x @ weight.T  # one row: a matrix-vector product
+    else:
+        # Several rows: W @ x.T computes the same numbers, and OpenBLAS is several times faster
+        # that way round when x has a few rows (a verify pass, a batch of decodes); see
+        # bench/RESULTS.md.
+        y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
     if bias is not None:
         y += bias
     return y

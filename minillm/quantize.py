@@ -109,20 +109,22 @@ class QuantizedWeight:
         """y = x @ W.T for x (..., in) -> (..., out), in x's dtype, by blocks of rows."""
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         dtype = np.result_type(x.dtype, np.float32)
-        y = np.empty((rows.shape[0], self.q.shape[0]), dtype)  # (N, out)
+        y_t = np.empty((self.q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
         block = max(1, BLOCK_BYTES // (dtype.itemsize * self.q.shape[1]))
         buffer = np.empty((min(block, self.q.shape[0]), self.q.shape[1]), dtype)
-        blocked_matmul(rows, self.q, self.scale, y, buffer)
-        return y.reshape(*x.shape[:-1], self.q.shape[0])
+        blocked_matmul(rows, self.q, self.scale, y_t, buffer)
+        return y_t.T.reshape(*x.shape[:-1], self.q.shape[0])
 
 
-def blocked_matmul(x, q, scale, y, buffer) -> None:
-    """y = x @ (s Q).T written into y (N, out), widening Q a block of rows at a time.
+def blocked_matmul(x, q, scale, y_t, buffer) -> None:
+    """y_t = (s Q) @ x.T written into y_t (out, N), widening Q a block of rows at a time.
 
-    Per row:   y[:, r] = s_r (x @ Q_r)     the scale applied once per output, after the sum.
+    Per row:   y_t[r] = s_r (Q_r @ x.T)     the scale applied once per output, after the sum.
     Per group: the scale of group g multiplies only its own partial sum, so it cannot come out
     of the whole row; here it is applied to the widened block (one multiply per weight, cheaper
     in NumPy than G separate small matmuls).
+    The block is the left operand (block @ x.T, not x @ block.T): for a few rows of x, OpenBLAS
+    is several times faster that way round (bench/int8_matmul.py, docs in bench/RESULTS.md).
     buffer: (R, in) scratch in y's dtype, R rows per block; it must belong to this call.
     """
     out_features, in_features = q.shape
@@ -134,9 +136,9 @@ def blocked_matmul(x, q, scale, y, buffer) -> None:
         if not per_row:
             grouped = block.reshape(r1 - r0, scale.shape[1], -1)  # (R, G, g), a view
             grouped *= scale[r0:r1, :, None]
-        np.matmul(x, block.T, out=y[:, r0:r1])
+        np.matmul(block, x.T, out=y_t[r0:r1])
     if per_row:
-        y *= scale
+        y_t *= scale[:, None]
 
 
 LINEAR_SUFFIXES = ("attn.qkv.weight", "attn.out.weight", "mlp.up.weight", "mlp.gate_up.weight",
