@@ -14,10 +14,11 @@ import numpy as np
 
 
 def load(model):
-    """{name: torch tensor} sharing memory with the minillm model, plus the config."""
+    """{name: torch tensor} with the minillm model's values (row-major, as torch prefers)."""
+    import numpy as np
     import torch
 
-    params = {name: torch.from_numpy(w) for name, w in model.params.items()}
+    params = {name: torch.from_numpy(np.ascontiguousarray(w)) for name, w in model.params.items()}
     cfg = model.config
     rope = None
     if cfg.arch == "modern":  # cos, sin of m * theta_j: (context, head_dim / 2)

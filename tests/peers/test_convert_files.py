@@ -25,6 +25,9 @@ def test_safetensors_with_a_users_naming_table_from_the_command_line(tmp_path, c
         else:
             table[name] = "course." + name
             renamed["course." + name] = value
+    # safetensors writes raw buffers and needs C-contiguous arrays (minillm keeps its linear
+    # weights column-major in memory).
+    renamed = {name: np.ascontiguousarray(value) for name, value in renamed.items()}
     safetensors_numpy.save_file(renamed, str(tmp_path / "w.safetensors"))
     (tmp_path / "names.json").write_text(json.dumps(table))
     (tmp_path / "cfg.json").write_text(cfg.to_json())
