@@ -39,7 +39,7 @@ def run(ctx):
         seconds = measure(contenders, s.repeats, n, s.warm)
         out += rows("int8", f"{size}, decode {n} tokens", contenders, seconds, "tokens/s", n)
         out += size_rows(size, f32, q8)
-    return f"6. int8 against float32: decode (batch 1, greedy) and resident weights", out
+    return "6. int8 against float32: decode (batch 1, greedy) and resident weights", out
 
 
 def size_rows(size, f32, q8) -> list:

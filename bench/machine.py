@@ -78,6 +78,7 @@ def header(threads_line: str, argv: list) -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
+        f"## Run of {now}, {threads_line.split(':')[0]}", "",
         f"- date: {now}; command: `python -m bench {' '.join(argv)}`".rstrip(),
         f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average at start {load}",
         f"- Python {platform.python_version()}, numpy {np.__version__}, {peers()}",
