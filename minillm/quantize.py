@@ -53,7 +53,8 @@ def quantize_rows(w, bits: int = 8, group_size: int | None = None):
     scale = (np.abs(groups).max(axis=-1) / qmax).astype(np.float32)  # (out, G)
     scale[scale == 0] = 1.0  # an all-zero group (or one whose scale underflows)
     q = np.clip(np.rint(groups / scale[..., None]), -qmax, qmax).astype(np.int8)
-    q = q.reshape(out_features, in_features)
+    # Row-major whatever the input's layout: the matmul widens contiguous blocks of rows.
+    q = np.ascontiguousarray(q.reshape(out_features, in_features))
     return q, (scale[:, 0] if group_size is None else scale)
 
 

@@ -277,3 +277,14 @@ def test_quality_compare_on_identical_and_uniform_models():
     np.testing.assert_allclose(next_token_loss(uniform, np.zeros((2, 5), int)), np.log(30))
     r8 = compare(model, minillm.quantize(model, bits=2), wins)
     assert r8.cosine < 1 and r8.loss_quant != r8.loss_float
+
+
+def test_quantized_rows_are_row_major_whatever_the_input_layout():
+    """The matmul widens contiguous blocks of rows; a model's float weights are column-major."""
+    w = np.asfortranarray(np.random.default_rng(0).standard_normal((6, 4)))
+    q, _ = quantize_rows(w)
+    assert q.flags.c_contiguous
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=16, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    quantized = minillm.quantize(minillm.random_model(cfg))
+    assert quantized.params["layers.0.mlp.gate_up.weight"].q.flags.c_contiguous
