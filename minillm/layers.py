@@ -151,8 +151,7 @@ def attention(q, k, v, mask=None):
     q = q.reshape(B, K, group * T, d)
     scores = (q * (1.0 / math.sqrt(d))) @ k.transpose(0, 1, 3, 2)  # (B, K, group*T, S)
     if mask is not None:
-        scores = scores.reshape(B, K, group, T, S)
-        scores = np.where(mask, scores, -np.inf)
-        scores = scores.reshape(B, K, group * T, S)
+        hidden = ~np.asarray(mask)  # small: (T, S) or (B, 1, 1, T, S)
+        np.copyto(scores.reshape(B, K, group, T, S), -np.inf, where=hidden)
     out = softmax(scores) @ v  # (B, K, group*T, d)
     return out.reshape(B, H, T, d)
