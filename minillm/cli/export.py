@@ -1,5 +1,8 @@
-"""Export a minillm .npz to a Hugging Face model folder (config.json, model.safetensors,
-tokenizer.json) that transformers' AutoModelForCausalLM.from_pretrained loads."""
+"""Export a minillm .npz to a Hugging Face model folder.
+
+The folder (config.json, model.safetensors, tokenizer.json) is what transformers'
+AutoModelForCausalLM.from_pretrained loads, and what the big engines' converters read.
+"""
 from __future__ import annotations
 
 
