@@ -35,7 +35,8 @@ class Model:
                        for name, w in self.params.items()}
         self._rope = None
         if cfg.arch == "modern":
-            self._rope = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
+            cos, sin = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
+            self._rope = (cos[:, None], sin[:, None])  # (C, 1, d/2): broadcast over heads
 
     @property
     def dtype(self) -> np.dtype:
@@ -131,8 +132,8 @@ class Model:
         qkv = qkv.reshape(B, T, H + 2 * K, d)
         if cfg.arch == "modern":
             # Rotate queries and keys together: one call for the H + K heads.
-            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (.., T, d/2)
-            qk = apply_rope(qkv[:, :, :H + K], cos[..., None, :], sin[..., None, :])
+            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (.., T, 1, d/2)
+            qk = apply_rope(qkv[:, :, :H + K], cos, sin)
         else:
             qk = qkv[:, :, :H + K]
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
@@ -203,15 +204,17 @@ def _positions_and_mask(B, T, start, pad):
     Token t of the new chunk sits at index start + t of its row; its position is that index
     minus the row's padding. It sees key j when j <= start + t (causality) and j is not a
     padding token. A padding query sees itself, so that no softmax row is empty.
-    Returns positions (T,) or (B, T), and a mask broadcastable to (B, 1, 1, T, S) or None.
+    Returns positions (a slice of T, or (B, T) indices) and a mask broadcastable to
+    (B, 1, 1, T, S), or None when every key is visible.
     """
+    if pad is None and T == 1:  # decoding one token: it sees every key
+        return slice(start, start + 1), None
     index = np.arange(start, start + T)  # (T,)
     keys = np.arange(start + T)  # (S,)
-    if pad is None:
-        mask = None if T == 1 else (keys <= index[:, None])  # (T, S)
-        return index, mask
-    positions = np.maximum(index - pad[:, None], 0)  # (B, T)
     causal = keys <= index[:, None]  # (T, S)
+    if pad is None:  # positions are the indices: a slice, so lookups are views, not copies
+        return slice(start, start + T), causal
+    positions = np.maximum(index - pad[:, None], 0)  # (B, T)
     visible = causal & ((keys >= pad[:, None, None]) | (keys == index[:, None]))  # (B, T, S)
     return positions, visible[:, None, None]
 
