@@ -127,7 +127,9 @@ def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
         fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
         logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]
         stats.target_calls += 1
-        p = filtered_probs(logits, **knobs, history=[text + guesses[:i]
+        # The repetition penalty sees what plain generation sees: the view, then the guesses.
+        seen = text[start:]
+        p = filtered_probs(logits, **knobs, history=[seen + guesses[:i]
                                                      for i in range(len(guesses) + 1)])
         kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
         stats.proposed += len(guesses)

@@ -168,9 +168,11 @@ def test_greedy_speculative_equals_greedy_target(data):
     prompt = data.draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=1, max_size=15))
     new = data.draw(st.integers(1, 3 * cfg.context_length))  # crosses the window slide
     k = data.draw(st.integers(1, 5))
-    expected = generate(target, prompt, max_new_tokens=new, temperature=0)
+    penalty = data.draw(st.sampled_from([None, 1.3]))  # its history must follow the slides too
+    expected = generate(target, prompt, max_new_tokens=new, temperature=0,
+                        repetition_penalty=penalty)
     out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
-                                      temperature=0)
+                                      temperature=0, repetition_penalty=penalty)
     assert out == expected
     assert stats.new_tokens == new and stats.accepted <= stats.proposed
 
