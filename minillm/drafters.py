@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import filtered_probs
+from .sampling import draw, filtered_probs
 
 
 class ModelDrafter:
@@ -38,7 +38,7 @@ class ModelDrafter:
             self.calls += 1
             self.cached += fresh
             q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
-            guesses.append(draw(q[i], rng.random()))
+            guesses.append(int(draw(q[i], rng.random())))
             fresh = guesses[-1:]
         return guesses, q
 
@@ -90,12 +90,3 @@ def lookup(text, k, n):
                 return text[start + m:start + m + k]
     return []
 
-
-def draw(probs: np.ndarray, u: float) -> int:
-    """Inverse-CDF draw: the first token whose running total exceeds u * total, u in [0, 1).
-
-    Token i owns an interval of u of length probs[i] / total, so a token of probability 0 is
-    never drawn.
-    """
-    cdf = np.cumsum(probs)
-    return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), np.flatnonzero(probs)[-1]))

@@ -92,10 +92,21 @@ def sample_next_token(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=
         if not isinstance(rng, np.random.Generator):
             raise ValueError("rng: a numpy.random.Generator is needed when temperature > 0, "
                              f"got {type(rng).__name__}")
-        cdf = np.cumsum(probs, axis=-1)  # (B, V)
-        u = rng.random(probs.shape[0])[:, None] * cdf[:, -1:]  # (B, 1), in [0, total)
-        tokens = (cdf <= u).sum(axis=-1)  # index of the first entry with cdf > u
+        tokens = draw(probs, rng.random(probs.shape[0]))  # (B,)
     return tokens[0] if single else tokens
+
+
+def draw(probs, u):
+    """Inverse-CDF draw: the first token whose running total exceeds u * total, u in [0, 1).
+
+    Token i owns an interval of u of length probs[i] / total, so a token of probability 0 is
+    never drawn. probs (V,) with one u, or (B, V) with u (B,): one token per row.
+    """
+    cdf = np.cumsum(probs, axis=-1)  # (.., V)
+    tokens = (cdf <= np.expand_dims(u, -1) * cdf[..., -1:]).sum(axis=-1)
+    # u * total rounds up to total when u is within an ulp of 1: keep to the last possible token
+    last = probs.shape[-1] - 1 - np.argmax(probs[..., ::-1] > 0, axis=-1)
+    return np.minimum(tokens, last)
 
 
 # -- the filters, each on a batch of unnormalised probabilities e (B, V) --------------------

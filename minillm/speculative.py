@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .drafters import ModelDrafter, NgramDrafter, draw
-from .sampling import check_knobs, filtered_probs
+from .drafters import ModelDrafter, NgramDrafter
+from .sampling import check_knobs, draw, filtered_probs
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -46,8 +46,8 @@ def accept(p: np.ndarray, q: np.ndarray, drafted, u, v: float) -> tuple[int, int
     for i, x in enumerate(drafted):
         # keep x with probability min(1, p/q): u < p/q, written without dividing by q
         if u[i] * q[i, x] >= p[i, x]:
-            return i, draw(residual(p[i], q[i]), v)
-    return len(drafted), draw(p[len(drafted)], v)  # every guess kept: the bonus token
+            return i, int(draw(residual(p[i], q[i]), v))
+    return len(drafted), int(draw(p[len(drafted)], v))  # every guess kept: the bonus token
 
 
 @dataclass

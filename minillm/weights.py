@@ -5,7 +5,6 @@ The format is documented in docs/FORMAT.md. A loader never executes anything fro
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import zipfile

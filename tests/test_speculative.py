@@ -11,9 +11,9 @@ from hypothesis.extra.numpy import arrays
 
 import minillm
 from minillm import speculative
-from minillm.drafters import ModelDrafter, draw, lookup
+from minillm.drafters import ModelDrafter, lookup
 from minillm.generate import generate
-from minillm.sampling import filtered_probs
+from minillm.sampling import draw, filtered_probs
 from minillm.speculative import accept, residual, speculative_generate
 from tests.helpers import tiny_configs
 from tests.stats import chi_square, chi_square_critical

@@ -49,7 +49,9 @@ def main(argv=None) -> int:
     try:
         with blas_threads(args.threads):
             return COMMANDS[args.command].run(args)
-    except (UsageError, ValueError, OSError) as e:  # WeightsError is a ValueError
+    # WeightsError is a ValueError; an ImportError names a missing optional dependency
+    # (torch, safetensors) and how to install it.
+    except (UsageError, ValueError, OSError, ImportError) as e:
         print(f"minillm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

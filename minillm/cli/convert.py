@@ -32,15 +32,6 @@ def _naming(value):
 
 
 def run(args) -> int:
-    from . import UsageError
-
-    try:
-        return _run(args)
-    except ImportError as e:  # an optional dependency is missing: say which and how to get it
-        raise UsageError(str(e)) from None
-
-
-def _run(args) -> int:
     from ..convert import config_from_json_file, convert
     from ..weights import save
 

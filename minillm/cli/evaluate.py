@@ -34,13 +34,9 @@ def run(args) -> int:
     from ..evaluate import bits_per_byte, evaluate
     from .generate import load_model
 
-    model = load_model(args.model_path)
+    model = load_model(args.model_path, int8=args.int8)
     if model.tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot read a text")
-    if args.int8:
-        from ..quantize import quantize
-
-        model = quantize(model)
     path = Path(args.text) if args.text is not None else DEFAULT_TEXT
     if not path.is_file():
         raise UsageError(f"--text: no such file: {path}")

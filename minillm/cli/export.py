@@ -14,15 +14,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from . import UsageError
-
-    try:
-        return _run(args)
-    except ImportError as e:  # an optional dependency is missing: say which and how to get it
-        raise UsageError(str(e)) from None
-
-
-def _run(args) -> int:
     from ..convert import export_hf
     from ..weights import load
 

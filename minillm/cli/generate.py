@@ -74,8 +74,9 @@ def sampling_knobs(args) -> dict:
                 min_p=args.min_p, repetition_penalty=args.repetition_penalty)
 
 
-def load_model(path, flag="--model_path"):
-    """The model at `path`, or the shipped default; a missing file is a one-line error."""
+def load_model(path, flag="--model_path", int8=False):
+    """The model at `path`, or the shipped default; a missing file is a one-line error.
+    int8: quantize its linear weights on load (an already int8 file stays as it is)."""
     from . import UsageError
     from ..weights import load
 
@@ -86,7 +87,12 @@ def load_model(path, flag="--model_path"):
         path = DEFAULT_MODEL
     if not Path(path).is_file():
         raise UsageError(f"{flag}: no such file: {path}")
-    return load(path)
+    model = load(path)
+    if int8:
+        from ..quantize import quantize
+
+        model = quantize(model)
+    return model
 
 
 def prompt_ids(args, model) -> list[int]:
@@ -157,11 +163,7 @@ def token_stream(model, prompt, args, stats=None):
     if args.draft_model is not None:
         if draft is not None:
             raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
-        draft = load_model(args.draft_model, "--draft_model")
-        if args.int8:
-            from ..quantize import quantize
-
-            draft = quantize(draft)
+        draft = load_model(args.draft_model, "--draft_model", args.int8)
     if draft is not None:
         if args.no_cache:
             raise UsageError("--no_cache: speculative decoding always uses the KV cache")
@@ -190,11 +192,7 @@ def text_writer(tokenizer, out):
 
 
 def run(args) -> int:
-    model = load_model(args.model_path)
-    if args.int8:
-        from ..quantize import quantize
-
-        model = quantize(model)
+    model = load_model(args.model_path, int8=args.int8)
     prompt = prompt_ids(args, model)
     from ..speculative import SpeculativeStats
 
