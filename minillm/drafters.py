@@ -38,7 +38,9 @@ class ModelDrafter:
             self.calls += 1
             self.cached += fresh
             q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
-            guesses.append(int(draw(q[i], rng.random())))
+            # Greedy q is one-hot: its argmax is the token a draw would give, without the draw.
+            greedy = self.knobs["temperature"] == 0
+            guesses.append(int(q[i].argmax()) if greedy else int(draw(q[i], rng.random())))
             fresh = guesses[-1:]
         return guesses, q
 

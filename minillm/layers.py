@@ -114,13 +114,34 @@ def linear(x, weight, bias=None):
         y = weight.matmul(x)
     elif weight.flags.f_contiguous or x.size == x.shape[-1]:
         y = x @ weight.T  # W.T is C-contiguous (Model keeps W column-major), or x is one row
-    else:
-        # A row-major W times several rows (the tied embedding as output layer): OpenBLAS is
-        # several times faster at W @ x.T than at x @ W.T there; the numbers are the same.
-        y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+    else:  # a row-major W (the tied embedding as output layer) times several rows
+        y = _row_major_product(x.reshape(-1, x.shape[-1]), weight)
+        y = y.reshape(*x.shape[:-1], weight.shape[0])
     if bias is not None:
         y += bias
     return y
+
+
+SMALL_PRODUCT = 2 ** 18  # multiply-adds below which OpenBLAS multiplies without repacking
+
+
+def _row_major_product(x, weight):
+    """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T.
+
+    OpenBLAS is several times faster at W @ x.T than at x @ W.T here, and faster still with
+    x.T made row-major too. For a few rows (a verify pass, a batch) a large W is repacked on
+    every call, which costs more than the product itself; blocks of W whose product stays
+    under SMALL_PRODUCT multiply-adds take the copy-free path instead (2-3x faster).
+    """
+    n, d = x.shape
+    xt = np.ascontiguousarray(x.T)  # (in, N)
+    if n > 16:
+        return (weight @ xt).T
+    rows = max(16, SMALL_PRODUCT // (n * d))
+    out = np.empty((weight.shape[0], n), dtype=np.result_type(x, weight))  # (out, N)
+    for start in range(0, weight.shape[0], rows):
+        np.matmul(weight[start:start + rows], xt, out=out[start:start + rows])
+    return out.T
 
 
 def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -191,6 +191,8 @@ def _check_logits(z):
     if z.ndim != 2 or z.shape[-1] == 0:
         raise ValueError(f"logits: expected a (batch, vocab) or (vocab,) array, got shape "
                          f"{z.shape}")
+    if np.isfinite(z).all():  # the usual case, settled in one pass
+        return z
     if np.isnan(z).any():
         raise ValueError("logits: contain NaN")
     if not (z > -np.inf).any(axis=-1).all():

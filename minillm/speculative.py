@@ -50,6 +50,20 @@ def accept(p: np.ndarray, q: np.ndarray, drafted, u, v: float) -> tuple[int, int
     return len(drafted), int(draw(p[len(drafted)], v))  # every guess kept: the bonus token
 
 
+def accept_greedy(p: np.ndarray, drafted) -> tuple[int, int]:
+    """The rule at temperature 0, where every distribution is one-hot: keep guesses while each
+    is the target's top token; the next token is the target's top token after the last kept.
+
+    This is what accept() gives on one-hot p and q (p/q is 1 or 0, and the residual of a
+    rejection is p itself), without the uniforms and the draws.
+    """
+    top = p.argmax(axis=-1)  # (k + 1,) the target's choices after the text and each guess
+    kept = 0
+    while kept < len(drafted) and drafted[kept] == top[kept]:
+        kept += 1
+    return kept, int(top[kept])
+
+
 @dataclass
 class SpeculativeStats:
     """What one call cost: guesses proposed and kept, forward passes, wall time."""
@@ -131,7 +145,10 @@ def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
         seen = text[start:]
         p = filtered_probs(logits, **knobs, history=[seen + guesses[:i]
                                                      for i in range(len(guesses) + 1)])
-        kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
+        if knobs["temperature"] == 0:
+            kept, token = accept_greedy(p, guesses)
+        else:
+            kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
         stats.proposed += len(guesses)
         stats.accepted += kept
         stats.draft_calls = drafter.calls

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from minillm.layers import (apply_rope, attention, erfc, erfc_fit, gelu, gelu_tanh, layer_norm,
-                            rms_norm, rope_tables, silu, softmax)
+                            linear, rms_norm, rope_tables, silu, softmax)
 
 
 def test_softmax_known_values():
@@ -125,3 +125,19 @@ def test_attention_matches_explicit_formula_with_mask():
         w = np.exp(s - s.max(1, keepdims=True))
         w /= w.sum(1, keepdims=True)
         np.testing.assert_allclose(out[0, h], w @ v[0, h], rtol=1e-13)
+
+
+@given(st.integers(1, 40), st.sampled_from(["C", "F"]), st.sampled_from([np.float32, np.float64]))
+def test_linear_is_x_times_w_transposed_in_every_layout(rows, order, dtype):
+    """Every path of linear (one row, column-major W, row-major W in blocks) is x @ W.T + b.
+
+    3000 x 100 with up to 16 rows splits a row-major W into several blocks, the last one short.
+    """
+    rng = np.random.default_rng(rows)
+    w = np.asarray(rng.standard_normal((3000, 100)), dtype=dtype, order=order)
+    x = rng.standard_normal((1, rows, 100)).astype(dtype)
+    b = rng.standard_normal(3000).astype(dtype)
+    y = linear(x, w, b)
+    assert y.shape == (1, rows, 3000) and y.dtype == dtype
+    expected = x.astype(np.float64) @ w.astype(np.float64).T + b
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4 if dtype == np.float32 else 1e-12)

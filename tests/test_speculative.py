@@ -14,7 +14,7 @@ from minillm import speculative
 from minillm.drafters import ModelDrafter, lookup
 from minillm.generate import generate
 from minillm.sampling import draw, filtered_probs
-from minillm.speculative import accept, residual, speculative_generate
+from minillm.speculative import accept, accept_greedy, residual, speculative_generate
 from tests.helpers import tiny_configs
 from tests.stats import chi_square, chi_square_critical
 
@@ -53,6 +53,17 @@ def test_accept_keeps_with_probability_min_1_p_over_q_and_resamples_from_the_res
             kept, token = accept(p2, q[None], [x], [ratio * (1 + 1e-9) + 1e-300], v)
             assert (kept, token) == (0, draw(residual(p, q), v))
             assert p[token] > q[token]  # the replacement comes from where p exceeds q
+
+
+@given(st.integers(2, 6), st.integers(1, 4), st.data())
+def test_greedy_accept_is_accept_on_one_hot_distributions(V, k, data):
+    """At temperature 0 p and q are one-hot; accept_greedy must be accept, whatever u and v."""
+    top = data.draw(st.lists(st.integers(0, V - 1), min_size=k + 1, max_size=k + 1))
+    drafted = data.draw(st.lists(st.integers(0, V - 1), min_size=k, max_size=k))
+    p, q = np.eye(V)[top], np.eye(V)[drafted]
+    u = data.draw(st.lists(st.floats(0, 0.999999), min_size=k, max_size=k))
+    v = data.draw(st.floats(0, 0.999999))
+    assert accept_greedy(p, drafted) == accept(p, q, drafted, u, v)
 
 
 @given(distributions(6), st.data())
