@@ -14,8 +14,11 @@ architectures below compute exactly what ``minillm.Model.forward`` computes (doc
 Training: AdamW (beta 0.9, 0.95, weight decay 0.1 on matrices), linear warm-up for 100 steps
 to the peak learning rate then cosine decay to 10% of it, batches of 16 random windows of 256
 tokens from the training text (books separated by ``<|endoftext|>``), gradient norm clipped
-to 1. Everything is seeded; with the same machine, PyTorch build and thread count a run
-gives the same file, across machines it does not (floating-point summation order differs).
+to 1. The draft is distilled: its loss is the cross-entropy to the target's next-token
+distribution at every position (KL(target || draft) plus a constant) instead of to the text's
+next token, since a drafter is only as useful as its agreement with the target. Everything is
+seeded; with the same machine, PyTorch build and thread count a run gives the same file,
+across machines it does not (floating-point summation order differs).
 
 Usage (after ``prepare_corpus.py`` and ``train_tokenizer.py``)::
 
@@ -47,11 +50,13 @@ PRESETS = {
                                rope_theta=10000.0, tie_embeddings=True, bias=False,
                                activation="silu"),
                    steps=1400),
-    "draft": dict(config=dict(arch="modern", vocab_size=2048, context_length=256, d_model=64,
-                              n_layers=3, n_heads=2, n_kv_heads=2, d_ff=176, norm_eps=1e-5,
+    # One layer: on models this small a decode step costs about the same per layer whatever
+    # the width, so the drafter's speed is set by its depth, and width buys agreement.
+    "draft": dict(config=dict(arch="modern", vocab_size=2048, context_length=256, d_model=128,
+                              n_layers=1, n_heads=4, n_kv_heads=2, d_ff=352, norm_eps=1e-5,
                               rope_theta=10000.0, tie_embeddings=True, bias=False,
                               activation="silu"),
-                  steps=2500),
+                  steps=2500, teacher="target.npz"),
     "classic": dict(config=dict(arch="classic", vocab_size=2048, context_length=256,
                                 d_model=128, n_layers=6, n_heads=4, n_kv_heads=4, d_ff=512,
                                 norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False,
@@ -252,6 +257,14 @@ def export(model, path, tokenizer_json):
     np.savez(path, **arrays)
 
 
+def load_model(path):
+    """A model written by export(), for distillation (inference only)."""
+    with np.load(path) as f:
+        model = Transformer(json.loads(str(f["minillm.config"])))
+        model.load_state_dict({name: torch.from_numpy(f[name]) for name in model.state_dict()})
+    return model.eval()
+
+
 def parameter_count(model):
     return sum(p.numel() for p in model.parameters())
 
@@ -269,6 +282,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--teacher", default=None,
+                        help="distil from this model's next-token distributions (default: the "
+                             "preset's teacher, if any)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -282,6 +298,12 @@ def main():
     with open(args.tokenizer, encoding="utf-8") as f:
         tokenizer_json = f.read()
     model = Transformer(cfg)
+    teacher_path = args.teacher or preset.get("teacher")
+    teacher = None
+    if teacher_path:
+        teacher = load_model(teacher_path if os.path.isabs(teacher_path)
+                             else os.path.join(HERE, teacher_path))
+        print(f"distilling from {teacher_path}", flush=True)
     print(f"{args.preset}: {parameter_count(model):,} parameters, {len(train_tokens):,} "
           f"training tokens, {len(valid_tokens):,} held-out tokens, {steps} steps", flush=True)
 
@@ -295,8 +317,13 @@ def main():
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.lr, args.warmup, steps)
         inputs, targets = random_batch(train_tokens, args.batch_size, length, rng)
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+        logits = model(inputs).reshape(-1, cfg["vocab_size"])
+        if teacher is None:
+            loss = F.cross_entropy(logits, targets.reshape(-1))
+        else:  # cross-entropy to the teacher's distribution: KL(teacher || student) + const
+            with torch.no_grad():
+                soft = F.softmax(teacher(inputs).reshape(-1, cfg["vocab_size"]), dim=-1)
+            loss = F.cross_entropy(logits, soft)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
