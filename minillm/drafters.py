@@ -33,13 +33,13 @@ class ModelDrafter:
         k = max(1, min(k, self.model.config.context_length - view + 1))  # what the cache holds
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
+        greedy = self.knobs["temperature"] == 0
         for i in range(k):
             logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
             q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
             # Greedy q is one-hot: its argmax is the token a draw would give, without the draw.
-            greedy = self.knobs["temperature"] == 0
             guesses.append(int(q[i].argmax()) if greedy else int(draw(q[i], rng.random())))
             fresh = guesses[-1:]
         return guesses, q

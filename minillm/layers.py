@@ -135,7 +135,7 @@ def _row_major_product(x, weight):
     """
     n, d = x.shape
     xt = np.ascontiguousarray(x.T)  # (in, N)
-    if n > 16:
+    if n > 16:  # enough rows (a prefill) to pay for the repacking
         return (weight @ xt).T
     rows = max(16, SMALL_PRODUCT // (n * d))
     out = np.empty((weight.shape[0], n), dtype=np.result_type(x, weight))  # (out, N)
