@@ -145,13 +145,18 @@ def _row_major_product(x, weight):
 
 
 def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of m * theta_j for positions m < length, theta_j = theta^(-2j / head_dim).
+    """The rotation tables of apply_rope for positions m < length, theta_j = theta^(-2j / d):
 
-    Returns two arrays of shape (length, head_dim / 2), computed in float64 and then cast.
+        cos = [cos(m theta_j), cos(m theta_j)],   sin = [-sin(m theta_j), sin(m theta_j)]
+
+    two arrays of shape (length, head_dim), each half over j < d/2, computed in float64 and
+    then cast. The sign of the first half of `sin` is what lets apply_rope rotate in one sum.
     """
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(length, dtype=np.float64), inv_freq)  # (length, head_dim/2)
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos, sin = np.cos(angles), np.sin(angles)
+    return (np.concatenate([cos, cos], axis=-1).astype(dtype),
+            np.concatenate([-sin, sin], axis=-1).astype(dtype))
 
 
 def apply_rope(x, cos, sin):
@@ -159,15 +164,15 @@ def apply_rope(x, cos, sin):
 
     With x = [x1, x2] split into halves (the "rotate half" layout of Llama in Hugging Face):
         RoPE(x, m) = [x1 cos(m theta) - x2 sin(m theta),  x2 cos(m theta) + x1 sin(m theta)]
-    x: (B, T, heads, d); cos, sin: broadcastable to (B, T, 1, d/2).
-    Because a rotation by m followed by the inverse of a rotation by n is a rotation by m - n,
-    <RoPE(q, m), RoPE(k, n)> depends on the positions only through m - n.
+                   = x * cos + [x2, x1] * sin        with the tables of rope_tables
+    (the second form gives the same bits, since x1 cos + x2 (-sin) is exactly x1 cos - x2 sin,
+    in four array operations instead of seven). x: (B, T, heads, d); cos, sin: broadcastable
+    to (B, T, 1, d). Because a rotation by m followed by the inverse of a rotation by n is a
+    rotation by m - n, <RoPE(q, m), RoPE(k, n)> depends on the positions only through m - n.
     """
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    out = np.empty_like(x)
-    np.subtract(x1 * cos, x2 * sin, out=out[..., :half])
-    np.add(x2 * cos, x1 * sin, out=out[..., half:])
+    out = x * cos
+    out += np.concatenate([x[..., half:], x[..., :half]], axis=-1) * sin
     return out
 
 

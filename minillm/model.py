@@ -36,7 +36,7 @@ class Model:
         self._rope = None
         if cfg.arch == "modern":
             cos, sin = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
-            self._rope = (cos[:, None], sin[:, None])  # (C, 1, d/2): broadcast over heads
+            self._rope = (cos[:, None], sin[:, None])  # (C, 1, d): broadcast over heads
 
     @property
     def dtype(self) -> np.dtype:
@@ -132,7 +132,7 @@ class Model:
         qkv = qkv.reshape(B, T, H + 2 * K, d)
         if cfg.arch == "modern":
             # Rotate queries and keys together: one call for the H + K heads.
-            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (.., T, 1, d/2)
+            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (.., T, 1, d)
             qk = apply_rope(qkv[:, :, :H + K], cos, sin)
         else:
             qk = qkv[:, :, :H + K]
