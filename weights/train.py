@@ -298,11 +298,12 @@ def main():
     with open(args.tokenizer, encoding="utf-8") as f:
         tokenizer_json = f.read()
     model = Transformer(cfg)
-    teacher_path = args.teacher or preset.get("teacher")
+    teacher_path = args.teacher  # a path given here is relative to the working directory,
+    if teacher_path is None and "teacher" in preset:  # a preset's to this folder
+        teacher_path = os.path.join(HERE, preset["teacher"])
     teacher = None
     if teacher_path:
-        teacher = load_model(teacher_path if os.path.isabs(teacher_path)
-                             else os.path.join(HERE, teacher_path))
+        teacher = load_model(teacher_path)
         print(f"distilling from {teacher_path}", flush=True)
     print(f"{args.preset}: {parameter_count(model):,} parameters, {len(train_tokens):,} "
           f"training tokens, {len(valid_tokens):,} held-out tokens, {steps} steps", flush=True)
