@@ -165,10 +165,10 @@ def apply_rope(x, cos, sin):
     With x = [x1, x2] split into halves (the "rotate half" layout of Llama in Hugging Face):
         RoPE(x, m) = [x1 cos(m theta) - x2 sin(m theta),  x2 cos(m theta) + x1 sin(m theta)]
                    = x * cos + [x2, x1] * sin        with the tables of rope_tables
-    (the second form gives the same bits, since x1 cos + x2 (-sin) is exactly x1 cos - x2 sin,
-    in four array operations instead of seven). x: (B, T, heads, d); cos, sin: broadcastable
-    to (B, T, 1, d). Because a rotation by m followed by the inverse of a rotation by n is a
-    rotation by m - n, <RoPE(q, m), RoPE(k, n)> depends on the positions only through m - n.
+    (the same bits as the first form: x1 cos + x2 (-sin) is exactly x1 cos - x2 sin).
+    x: (B, T, heads, d); cos, sin: broadcastable to (B, T, 1, d).
+    Because a rotation by m followed by the inverse of a rotation by n is a rotation by m - n,
+    <RoPE(q, m), RoPE(k, n)> depends on the positions only through m - n.
     """
     half = x.shape[-1] // 2
     out = x * cos
