@@ -56,7 +56,7 @@ PRESETS = {
                               n_layers=1, n_heads=4, n_kv_heads=2, d_ff=352, norm_eps=1e-5,
                               rope_theta=10000.0, tie_embeddings=True, bias=False,
                               activation="silu"),
-                  steps=2500, teacher="target.npz"),
+                  steps=5000, teacher="target.npz"),
     "classic": dict(config=dict(arch="classic", vocab_size=2048, context_length=256,
                                 d_model=128, n_layers=6, n_heads=4, n_kv_heads=4, d_ff=512,
                                 norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False,
