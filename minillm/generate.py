@@ -95,7 +95,8 @@ def _decode_loop(model, prompts, max_new_tokens, knobs, rng, stops, use_cache):
         token = sample_next_token(logits, **knobs, history=window.tokens[:, :window.width],
                                   rng=rng)  # (B,)
         emitted = np.flatnonzero(running)
-        running &= ~np.isin(token, stops)
+        if stops.size:
+            running &= ~np.isin(token, stops)
         yield {int(r): int(token[r]) for r in emitted}
         if not running.any() or step == max_new_tokens - 1:
             return
