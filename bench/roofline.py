@@ -13,16 +13,20 @@ import numpy as np
 
 
 def bandwidth(mib: int = 256, tries: int = 7) -> float:
-    """Bytes/s read by y = W @ x, W float32 of `mib` MiB (the fastest of `tries` runs)."""
+    """Bytes/s read by a matrix-vector product over a float32 matrix of `mib` MiB: the fastest
+    of `tries` runs of each orientation, y = W @ x (each y_i a dot product over a row of W)
+    and y = x @ W (x scaling whole rows of W into y). On the 2-core EPYC of bench/RESULTS.md
+    the second reads 20-30% faster; a roofline must take the better one."""
     n = int((mib * 2**20 / 4) ** 0.5)
     W = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     x = np.ones(n, dtype=np.float32)
     y = np.empty(n, dtype=np.float32)
     best = float("inf")
     for _ in range(tries):
-        start = time.perf_counter()
-        np.matmul(W, x, out=y)
-        best = min(best, time.perf_counter() - start)
+        for a, b in ((W, x), (x, W)):
+            start = time.perf_counter()
+            np.matmul(a, b, out=y)
+            best = min(best, time.perf_counter() - start)
     return W.nbytes / best
 
 
