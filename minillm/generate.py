@@ -159,7 +159,7 @@ def _decode(model, window: Window, token, cache, shift: int, slid):
         return model.forward(token[:, None], cache)[:, -1]
     # Move every row's keys and values left by `shift` columns, as append() moved the text.
     kept = window.width - 1  # columns of text before the new token
-    cache.k[:, :, :, :kept] = cache.k[:, :, :, shift:shift + kept]
+    cache.k[..., :kept] = cache.k[..., shift:shift + kept]  # keys: positions on the last axis
     cache.v[:, :, :, :kept] = cache.v[:, :, :, shift:shift + kept]
     cache.length = kept
     cache.pad = window.pad.copy() if window.pad.any() else None
@@ -170,7 +170,7 @@ def _decode(model, window: Window, token, cache, shift: int, slid):
     logits[slid] = model.forward(window.tokens[slid, window.width - keep:window.width],
                                  fresh, last=1)[:, -1]
     columns = slice(window.width - keep, window.width)
-    cache.k[:, slid, :, columns] = fresh.k
+    cache.k[:, slid, :, :, columns] = fresh.k
     cache.v[:, slid, :, columns] = fresh.v
     return logits
 

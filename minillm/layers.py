@@ -176,21 +176,22 @@ def apply_rope(x, cos, sin):
     return out
 
 
-def attention(q, k, v, mask=None):
+def attention(q, k_t, v, mask=None):
     """Scaled dot-product attention with grouped-query heads.
 
         Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
 
-    q: (B, H, T, d) queries; k, v: (B, K, S, d) keys and values, K dividing H; query head h
-    reads key/value head h // (H / K). mask: None (every key visible) or booleans broadcastable
-    to (B, 1, 1, T, S), True where a key is visible. Returns (B, H, T, d).
+    q: (B, H, T, d) queries; k_t: (B, K, d, S) keys, transposed as in the cache; v: (B, K, S, d)
+    values; K divides H, and query head h reads key/value head h // (H / K).
+    mask: None (every key visible) or booleans broadcastable to (B, 1, 1, T, S), True where a
+    key is visible. Returns (B, H, T, d).
     """
     B, H, T, d = q.shape
-    K, S = k.shape[1], k.shape[2]
+    K, S = v.shape[1], v.shape[2]
     group = H // K
     # Put the `group` query heads that share a key head side by side: one matmul per key head.
     q = q.reshape(B, K, group * T, d)
-    scores = (q * (1.0 / math.sqrt(d))) @ k.transpose(0, 1, 3, 2)  # (B, K, group*T, S)
+    scores = (q * (1.0 / math.sqrt(d))) @ k_t  # (B, K, group*T, S)
     if mask is not None:
         hidden = ~np.asarray(mask)  # small: (T, S) or (B, 1, 1, T, S)
         np.copyto(scores.reshape(B, K, group, T, S), -np.inf, where=hidden)

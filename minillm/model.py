@@ -153,14 +153,15 @@ class Model:
         else:
             qk = qkv[:, :, :H + K]
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
-        k = qk[:, :, H:].transpose(0, 2, 1, 3)  # (B, K, T, d)
+        k_t = qk[:, :, H:].transpose(0, 2, 3, 1)  # (B, K, d, T): keys transposed
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         if cache is not None:
             end = start + T
-            cache.k[layer, :, :, start:end] = k
+            cache.k[layer, :, :, :, start:end] = k_t
             cache.v[layer, :, :, start:end] = v
-            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, K, end, d)
-        out = attention(q, k, v, mask)  # (B, H, T, d)
+            k_t = cache.k[layer, ..., :end]  # (B, K, d, end)
+            v = cache.v[layer, :, :, :end]  # (B, K, end, d)
+        out = attention(q, k_t, v, mask)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, p[name + "attn.out.weight"], p.get(name + "attn.out.bias"))
 
@@ -194,9 +195,11 @@ class Model:
     def _check_cache(self, cache: KVCache, B: int, T: int) -> None:
         cfg = self.config
         expected = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
-        if cache.k.shape != expected or cache.k.dtype != self.dtype:
-            raise ValueError(f"cache: shape {cache.k.shape} / {cache.k.dtype} does not fit this "
-                             f"model and batch (expected {expected} / {self.dtype})")
+        got = cache.v.shape
+        if got != expected or cache.k.shape != expected[:3] + expected[:2:-1] \
+                or cache.k.dtype != self.dtype or cache.v.dtype != self.dtype:
+            raise ValueError(f"cache: values {got} / {cache.v.dtype} do not fit this model and "
+                             f"batch (expected {expected} / {self.dtype}, keys transposed)")
         if cache.length + T > cache.capacity:
             raise ValueError(f"cache: {T} new tokens do not fit ({cache.length} of "
                              f"{cache.capacity} positions used); reset or slide the window")

@@ -109,7 +109,7 @@ def test_attention_single_key_returns_its_value_and_grouped_heads_share_keys():
     q = rng.standard_normal((1, 4, 1, 3))  # 4 query heads
     k = rng.standard_normal((1, 2, 1, 3))  # 2 key/value heads
     v = rng.standard_normal((1, 2, 1, 3))
-    out = attention(q, k, v)
+    out = attention(q, k.transpose(0, 1, 3, 2), v)  # keys go in transposed: (B, K, d, S)
     # one key: softmax weight 1, so each query head returns its group's value
     np.testing.assert_allclose(out[0, :, 0], v[0, [0, 0, 1, 1], 0], rtol=1e-15)
 
@@ -118,7 +118,7 @@ def test_attention_matches_explicit_formula_with_mask():
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, 2, 3, 4)) for _ in range(3))
     mask = np.tril(np.ones((3, 3), dtype=bool))
-    out = attention(q, k, v, mask)
+    out = attention(q, k.transpose(0, 1, 3, 2), v, mask)
     for h in range(2):
         s = q[0, h] @ k[0, h].T / 2.0
         s[~mask] = -np.inf

@@ -134,5 +134,5 @@ def test_clear_errors_for_bad_input():
     model.forward(np.zeros((1, 3), dtype=int), cache)
     with pytest.raises(ValueError, match="do not fit"):
         model.forward(np.zeros((1, 2), dtype=int), cache)
-    with pytest.raises(ValueError, match="does not fit this model"):
+    with pytest.raises(ValueError, match="do not fit this model"):
         model.forward(np.zeros((2, 1), dtype=int), cache)

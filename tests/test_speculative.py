@@ -221,7 +221,7 @@ class CheckedModel:
         if n:
             fresh = self.model.new_cache()
             self.model.forward(np.array([self.fed]), fresh)
-            np.testing.assert_allclose(cache.k[:, :, :, :n], fresh.k[:, :, :, :n], atol=1e-12)
+            np.testing.assert_allclose(cache.k[..., :n], fresh.k[..., :n], atol=1e-12)
             np.testing.assert_allclose(cache.v[:, :, :, :n], fresh.v[:, :, :, :n], atol=1e-12)
             self.checks += 1
         self.fed += list(tokens[0])
