@@ -34,14 +34,22 @@ class ModelDrafter:
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
         greedy = self.knobs["temperature"] == 0
+        # Plain greedy q is one-hot on the argmax of the logits: no need for the filters. (Nor
+        # for their checks: a drafter's guesses, even from bad logits, change only the speed.)
+        argmax_only = greedy and self.knobs.get("repetition_penalty") in (None, 1, 1.0)
         for i in range(k):
             logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
-            q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
-            # Greedy q is one-hot: its argmax is the token a draw would give, without the draw.
-            guesses.append(int(q[i].argmax()) if greedy else int(draw(q[i], rng.random())))
-            fresh = guesses[-1:]
+            if argmax_only:
+                guess = int(logits.argmax())
+                q[i, guess] = 1.0
+            else:
+                q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
+                # Greedy q is one-hot: its argmax is the token a draw would give.
+                guess = int(q[i].argmax()) if greedy else int(draw(q[i], rng.random()))
+            guesses.append(guess)
+            fresh = [guess]
         return guesses, q
 
     def _sync(self, text, k):
