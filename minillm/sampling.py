@@ -60,15 +60,19 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None,
     # e = exp((z - max z) / T): the largest entry is exactly 1, so nothing can overflow.
     with np.errstate(over="ignore"):  # z - max may overflow to -inf for huge logits: p = 0
         e = np.exp((z - z.max(axis=-1, keepdims=True)) / temperature)  # (B, V), unnormalised
-    keep = e > 0
-    if top_k not in (None, 0) and top_k < V:
-        # Ranked by logit, not by e: two logits a hair apart can round to the same e.
-        keep &= top_k_mask(z, top_k)
-    if top_p not in (None, 1, 1.0):
-        keep &= top_p_mask(np.where(keep, e, 0.0), top_p)
-    if min_p not in (None, 0, 0.0):
-        keep &= min_p_mask(np.where(keep, e, 0.0), min_p)
-    e = np.where(keep, e, 0.0)
+    top_k = top_k if top_k not in (None, 0) and top_k < V else None
+    top_p = top_p if top_p not in (None, 1, 1.0) else None
+    min_p = min_p if min_p not in (None, 0, 0.0) else None
+    if top_k or top_p or min_p:
+        keep = e > 0
+        if top_k:
+            # Ranked by logit, not by e: two logits a hair apart can round to the same e.
+            keep &= top_k_mask(z, top_k)
+        if top_p:
+            keep &= top_p_mask(np.where(keep, e, 0.0), top_p)
+        if min_p:
+            keep &= min_p_mask(np.where(keep, e, 0.0), min_p)
+        e = np.where(keep, e, 0.0)
     probs = e / e.sum(axis=-1, keepdims=True)  # the row's max survives every filter: sum >= 1
     return probs[0] if single else probs
 
@@ -104,9 +108,13 @@ def draw(probs, u):
     """
     cdf = np.cumsum(probs, axis=-1)  # (.., V)
     tokens = (cdf <= np.expand_dims(u, -1) * cdf[..., -1:]).sum(axis=-1)
-    # u * total rounds up to total when u is within an ulp of 1: keep to the last possible token
-    last = probs.shape[-1] - 1 - np.argmax(probs[..., ::-1] > 0, axis=-1)
-    return np.minimum(tokens, last)
+    # The running total first exceeds u * total at a token of nonzero probability, unless
+    # u * total rounded up to the total itself (u within an ulp of 1): then every running total
+    # is below it, tokens = V, and the draw goes to the last token of nonzero probability.
+    V = probs.shape[-1]
+    if np.any(tokens == V):
+        tokens = np.minimum(tokens, V - 1 - np.argmax(probs[..., ::-1] > 0, axis=-1))
+    return tokens
 
 
 # -- the filters, each on a batch of unnormalised probabilities e (B, V) --------------------

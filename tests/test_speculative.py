@@ -76,6 +76,14 @@ def test_draw_is_the_inverse_cdf(probs, data):
     assert probs[draw(probs, u)] > 0
 
 
+def test_draw_never_lands_on_trailing_zeros():
+    """u * total reaching the total (u = 1 here) must still give a token of nonzero mass."""
+    probs = np.array([[0.5, 0.5, 0.0, 0.0], [0.25, 0.0, 0.75, 0.0]])
+    np.testing.assert_array_equal(draw(probs, np.array([1.0, 1.0])), [1, 2])
+    np.testing.assert_array_equal(draw(probs, np.array([0.4, 0.9])), [0, 2])
+    assert draw(probs[0], 1.0) == 1
+
+
 # -- end to end, against the exact distribution of whole continuations ----------------------
 
 VOCAB, NEW = 4, 3
