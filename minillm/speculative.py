@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .sampling import check_knobs, draw, filtered_probs
+from .sampling import check_knobs, draw, filtered_probs, sample_next_token
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -50,14 +50,14 @@ def accept(p: np.ndarray, q: np.ndarray, drafted, u, v: float) -> tuple[int, int
     return len(drafted), int(draw(p[len(drafted)], v))  # every guess kept: the bonus token
 
 
-def accept_greedy(p: np.ndarray, drafted) -> tuple[int, int]:
+def accept_greedy(top, drafted) -> tuple[int, int]:
     """The rule at temperature 0, where every distribution is one-hot: keep guesses while each
     is the target's top token; the next token is the target's top token after the last kept.
+    top: (k + 1,) the target's greedy choices after the text and after each guess.
 
-    This is what accept() gives on one-hot p and q (p/q is 1 or 0, and the residual of a
-    rejection is p itself), without the uniforms and the draws.
+    This is what accept() gives on one-hot p and q with top = p.argmax(-1) (p/q is 1 or 0, and
+    the residual of a rejection is p itself), without the uniforms and the draws.
     """
-    top = p.argmax(axis=-1)  # (k + 1,) the target's choices after the text and each guess
     kept = 0
     while kept < len(drafted) and drafted[kept] == top[kept]:
         kept += 1
@@ -143,11 +143,12 @@ def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
         stats.target_calls += 1
         # The repetition penalty sees what plain generation sees: the view, then the guesses.
         seen = text[start:]
-        p = filtered_probs(logits, **knobs, history=[seen + guesses[:i]
-                                                     for i in range(len(guesses) + 1)])
+        history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
         if knobs["temperature"] == 0:
-            kept, token = accept_greedy(p, guesses)
+            top = sample_next_token(logits, **knobs, history=history)  # (k + 1,) argmaxes
+            kept, token = accept_greedy(top, guesses)
         else:
+            p = filtered_probs(logits, **knobs, history=history)
             kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
         stats.proposed += len(guesses)
         stats.accepted += kept

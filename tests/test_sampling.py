@@ -153,6 +153,14 @@ def test_greedy_is_one_hot_on_the_lowest_id_among_ties():
     np.testing.assert_array_equal(filtered_probs(z, temperature=0),
                                   [[0, 1, 0, 0], [1, 0, 0, 0]])
     np.testing.assert_array_equal(sample_next_token(z, temperature=0), [1, 0])
+    # All finite: sample_next_token takes the argmax without filtered_probs; same rule.
+    finite = np.array([[1.0, 3.0, 3.0, -2.0], [0.5, 0.5, 0.0, 0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(sample_next_token(finite, temperature=0), [1, 0])
+    assert sample_next_token(finite[1], temperature=0) == 0
+    with pytest.raises(ValueError, match="NaN"):
+        sample_next_token(np.array([0.0, np.nan, 1.0]), temperature=0)
+    with pytest.raises(ValueError, match="top_k"):
+        sample_next_token(finite, temperature=0, top_k=-1)
 
 
 @pytest.mark.parametrize("row", [
