@@ -22,8 +22,7 @@ def linear_bytes(model) -> int:
 
 def all_bytes(model) -> int:
     """Every weight array the model holds, the column-major copy of a tied output layer too."""
-    copy = getattr(model, "_head_columns", None)
-    return sum(nbytes(w) for w in model.params.values()) + (0 if copy is None else copy.nbytes)
+    return model.nbytes
 
 
 def run(ctx):

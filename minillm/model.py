@@ -56,6 +56,13 @@ class Model:
         return self.params["tok_emb.weight"].dtype
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of every weight array held: the parameters (a quantized weight counts its
+        integers and scales) and the column-major copy of a tied output layer."""
+        copy = 0 if self._head_columns is None else self._head_columns.nbytes
+        return sum(w.nbytes for w in self.params.values()) + copy
+
+    @property
     def output_weight(self):
         """The output layer (V, D): the token embedding itself when tied."""
         return self.params["tok_emb.weight" if self.config.tie_embeddings else "lm_head.weight"]

@@ -173,5 +173,5 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
 
 
 def weight_bytes(model) -> int:
-    """Resident bytes of a model's parameters (int8 weights count their scales)."""
-    return sum(value.nbytes for value in model.params.values())
+    """Resident bytes of a model's weights (int8 weights count their scales; Model.nbytes)."""
+    return model.nbytes

@@ -30,19 +30,20 @@ def run(args) -> int:
     print(f"{args.model_path}  ({os.path.getsize(args.model_path) / 2**20:.2f} MiB on disk)")
     for key, value in cfg.to_dict().items():
         print(f"  {key:15s} {value}")
-    counts, nbytes, dtypes = defaultdict(int), 0, defaultdict(int)
+    counts, dtypes = defaultdict(int), defaultdict(int)
     for name, value in model.params.items():
         size = int(np.prod(value.shape))
         counts[_part(name)] += size
         dtypes[str(value.dtype)] += size
-        nbytes += getattr(value, "nbytes", 0)
     total = sum(counts.values())
     print(f"parameters: {total:,}" + ("  (output layer tied to the embedding)"
                                       if cfg.tie_embeddings else ""))
     for part, n in counts.items():
         print(f"  {part:15s} {n:>12,}  {100 * n / total:5.1f}%")
     print("dtypes: " + ", ".join(f"{d} {n:,}" for d, n in dtypes.items()))
-    print(f"weights in memory: {nbytes / 2**20:.2f} MiB")
+    print(f"weights in memory: {model.nbytes / 2**20:.2f} MiB" + (
+        "  (with a column-major copy of the tied output layer, for decoding)"
+        if cfg.tie_embeddings else ""))
     tok = model.tokenizer
     print("tokenizer: " + ("none" if tok is None else f"{len(tok)} tokens"))
     return 0
