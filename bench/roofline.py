@@ -3,7 +3,8 @@
     tokens/s <= read bandwidth / bytes of weights read per token
 
 with the bandwidth measured, in the same run, as NumPy's float32 matrix-vector product over one
-matrix too large for any cache (>= 256 MiB): the best the memory system gives NumPy here.
+matrix too large for any cache (>= 256 MiB), in its faster orientation: what the memory system
+gives NumPy here.
 """
 from __future__ import annotations
 
@@ -13,21 +14,24 @@ import numpy as np
 
 
 def bandwidth(mib: int = 256, tries: int = 7) -> float:
-    """Bytes/s read by a matrix-vector product over a float32 matrix of `mib` MiB: the fastest
-    of `tries` runs of each orientation, y = W @ x (each y_i a dot product over a row of W)
-    and y = x @ W (x scaling whole rows of W into y). On the 2-core EPYC of bench/RESULTS.md
-    the second reads 20-30% faster; a roofline must take the better one."""
+    """Bytes/s read by a matrix-vector product over a float32 matrix of `mib` MiB, in the
+    faster of its two orientations: y = W @ x (each y_i a dot product over a row of W) and
+    y = x @ W (x scaling whole rows of W into y); on the 2-core EPYC of bench/RESULTS.md the
+    second reads 10-30% faster. Each orientation counts the median of `tries` runs, as the
+    decode rows count medians: this VM's bandwidth has short spikes (47 GB/s once, against
+    34-36 GB/s in every other run with 2 threads) that a fastest-of-N would take as the roof.
+    """
     n = int((mib * 2**20 / 4) ** 0.5)
     W = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     x = np.ones(n, dtype=np.float32)
     y = np.empty(n, dtype=np.float32)
-    best = float("inf")
+    seconds = {0: [], 1: []}
     for _ in range(tries):
-        for a, b in ((W, x), (x, W)):
+        for side, (a, b) in enumerate(((W, x), (x, W))):
             start = time.perf_counter()
             np.matmul(a, b, out=y)
-            best = min(best, time.perf_counter() - start)
-    return W.nbytes / best
+            seconds[side].append(time.perf_counter() - start)
+    return W.nbytes / min(float(np.median(s)) for s in seconds.values())
 
 
 def bytes_per_token(model) -> int:
