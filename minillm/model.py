@@ -44,7 +44,7 @@ class Model:
         # faster (26 against 16 GB/s for GPT-2 small's 154 MB table on a 2-core EPYC): keep a
         # column-major copy for that product. It costs vocab_size x d_model more floats.
         self._head_columns = None
-        if cfg.tie_embeddings and _is_dense("lm_head.weight", self.params["tok_emb.weight"]):
+        if cfg.tie_embeddings:
             self._head_columns = np.asfortranarray(self.params["tok_emb.weight"])
         self._rope = None
         if cfg.arch == "modern":
@@ -201,12 +201,13 @@ class Model:
 
     def _check_cache(self, cache: KVCache, B: int, T: int) -> None:
         cfg = self.config
-        expected = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
-        got = cache.v.shape
-        if got != expected or cache.k.shape != expected[:3] + expected[:2:-1] \
+        values = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
+        keys = (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim, cache.capacity)
+        if cache.v.shape != values or cache.k.shape != keys \
                 or cache.k.dtype != self.dtype or cache.v.dtype != self.dtype:
-            raise ValueError(f"cache: values {got} / {cache.v.dtype} do not fit this model and "
-                             f"batch (expected {expected} / {self.dtype}, keys transposed)")
+            raise ValueError(f"cache: values {cache.v.shape} / {cache.v.dtype} do not fit this "
+                             f"model and batch (expected {values} / {self.dtype}, keys "
+                             f"transposed)")
         if cache.length + T > cache.capacity:
             raise ValueError(f"cache: {T} new tokens do not fit ({cache.length} of "
                              f"{cache.capacity} positions used); reset or slide the window")
