@@ -121,6 +121,22 @@ def test_parameter_count_matches_config():
                 assert model.nbytes == 4 * (cfg.n_params() + copies)
 
 
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_a_large_down_projection_is_row_major_and_decodes_exactly(arch):
+    """A down projection of at least LARGE_MATRIX entries stays row-major, the other linear
+    weights are column-major; cached decoding through both equals the full forward pass."""
+    cfg = minillm.ModelConfig(arch=arch, vocab_size=30, context_length=8, d_model=32,
+                              n_layers=1, n_heads=2, d_ff=8192)  # down: 32 x 8192 = 2^18
+    model = minillm.random_model(cfg, dtype="float64")
+    assert model.params["layers.0.mlp.down.weight"].flags.c_contiguous
+    assert model.params["layers.0.attn.qkv.weight"].flags.f_contiguous
+    tokens = np.array([[3, 1, 4, 1, 5, 9]])
+    full = model.forward(tokens)[0]
+    cache = model.new_cache()
+    steps = [model.forward(tokens[:, t:t + 1], cache)[0, 0] for t in range(tokens.shape[1])]
+    np.testing.assert_allclose(np.array(steps), full, rtol=0, atol=ATOL)
+
+
 def test_one_row_and_several_rows_read_the_same_tied_output_layer():
     """Decoding (one row) multiplies by the column-major copy, a batch by the table itself."""
     cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=8, d_model=16,
