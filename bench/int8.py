@@ -20,11 +20,6 @@ def linear_bytes(model) -> int:
                and not name.endswith("norm.weight"))
 
 
-def all_bytes(model) -> int:
-    """Every weight array the model holds, the column-major copy of a tied output layer too."""
-    return model.nbytes
-
-
 def run(ctx):
     s = ctx["settings"]
     out = []
@@ -47,10 +42,10 @@ def size_rows(size, f32, q8) -> list:
     case = f"{size}, linear-layer weights"
     base = linear_bytes(f32)
     out = [Row("int8", case, "minillm f32", "MiB", [base / 2**20],
-               note=f"whole model {all_bytes(f32) / 2**20:.1f} MiB")]
+               note=f"whole model {f32.nbytes / 2**20:.1f} MiB")]
     if isinstance(q8, Missing):
         return out + [Row("int8", case, "minillm int8", "MiB", missing=q8.reason)]
     ours = linear_bytes(q8)
     return out + [Row("int8", case, "minillm int8", "MiB", [ours / 2**20],
                       note=f"{ours / base:.1%} of float32; whole model "
-                           f"{all_bytes(q8) / 2**20:.1f} MiB")]
+                           f"{q8.nbytes / 2**20:.1f} MiB")]

@@ -106,7 +106,7 @@ def decode_speed(new_tokens: int, size: str, blocks_kib) -> None:
             minillm.generate(m, prompt, max_new_tokens=new_tokens, temperature=0)
             best = min(best, time.perf_counter() - t0)
         print(f"{name:20s} {new_tokens / best:7.1f} tokens/s   weights in memory "
-              f"{qmod.weight_bytes(m) / 2**20:7.2f} MiB", flush=True)
+              f"{m.nbytes / 2**20:7.2f} MiB", flush=True)
 
 
 def main(argv=None) -> int:

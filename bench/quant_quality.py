@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import minillm  # noqa: E402
 from minillm.quality import compare, loss, windows  # noqa: E402
-from minillm.quantize import QuantizedWeight, is_linear_weight, weight_bytes  # noqa: E402
+from minillm.quantize import QuantizedWeight, is_linear_weight  # noqa: E402
 
 SPROUT = minillm.ModelConfig(arch="modern", vocab_size=8192, context_length=512, d_model=384,
                              n_layers=8, n_heads=6, d_ff=1024)
@@ -84,9 +84,9 @@ def main(argv=None) -> int:
     mib = 2 ** 20
     print(f"{'model':8s} {'file':>10s} {'resident':>10s} {'cosine':>9s} {'same top':>9s} "
           f"{'loss':>7s}")
-    print(f"{'float32':8s} {file_size(model) / mib:>6.2f} MiB {weight_bytes(model) / mib:>6.2f} "
+    print(f"{'float32':8s} {file_size(model) / mib:>6.2f} MiB {model.nbytes / mib:>6.2f} "
           f"MiB {1:>9.5f} {100:>8.1f}% {r.loss_float:>7.4f}")
-    print(f"{'int8':8s} {file_size(model8) / mib:>6.2f} MiB {weight_bytes(model8) / mib:>6.2f} "
+    print(f"{'int8':8s} {file_size(model8) / mib:>6.2f} MiB {model8.nbytes / mib:>6.2f} "
           f"MiB {r.cosine:>9.5f} {100 * r.same_top:>8.1f}% {r.loss_quant:>7.4f}")
 
     print(f"\nloss (nats/token); float32: {r.loss_float:.4f}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import draw, filtered_probs
+from .sampling import draw, filtered_probs, sample_next_token
 
 
 class ModelDrafter:
@@ -34,20 +34,17 @@ class ModelDrafter:
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
         greedy = self.knobs["temperature"] == 0
-        # Plain greedy q is one-hot on the argmax of the logits: no need for the filters. (Nor
-        # for their checks: a drafter's guesses, even from bad logits, change only the speed.)
-        argmax_only = greedy and self.knobs.get("repetition_penalty") in (None, 1, 1.0)
         for i in range(k):
             logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
-            if argmax_only:
-                guess = int(logits.argmax())
+            history = [text + guesses]
+            if greedy:  # q is one-hot on the token greedy sampling picks
+                guess = int(sample_next_token(logits, **self.knobs, history=history))
                 q[i, guess] = 1.0
             else:
-                q[i] = filtered_probs(logits, **self.knobs, history=[text + guesses])
-                # Greedy q is one-hot: its argmax is the token a draw would give.
-                guess = int(q[i].argmax()) if greedy else int(draw(q[i], rng.random()))
+                q[i] = filtered_probs(logits, **self.knobs, history=history)
+                guess = int(draw(q[i], rng.random()))
             guesses.append(guess)
             fresh = [guess]
         return guesses, q

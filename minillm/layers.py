@@ -113,8 +113,8 @@ def linear(x, weight, bias=None):
     if not isinstance(weight, np.ndarray):
         y = weight.matmul(x)
     elif weight.flags.f_contiguous or x.size == x.shape[-1]:
-        y = x @ weight.T  # W.T is C-contiguous (Model keeps W column-major), or x is one row
-    else:  # a row-major W (the tied embedding as output layer) times several rows
+        y = x @ weight.T  # W.T is C-contiguous (a column-major W), or x is one row
+    else:  # a row-major W (a tied embedding, a large down projection) times several rows
         y = _row_major_product(x.reshape(-1, x.shape[-1]), weight)
         y = y.reshape(*x.shape[:-1], weight.shape[0])
     if bias is not None:

@@ -171,7 +171,3 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
         params[name] = value
     return Model(model.config, params, model.tokenizer)
 
-
-def weight_bytes(model) -> int:
-    """Resident bytes of a model's weights (int8 weights count their scales; Model.nbytes)."""
-    return model.nbytes

@@ -26,7 +26,7 @@ def _mib(n: int) -> str:
 
 
 def run(args) -> int:
-    from ..quantize import quantize, weight_bytes
+    from ..quantize import quantize
     from ..weights import load, save
 
     model = load(args.input)
@@ -34,7 +34,7 @@ def run(args) -> int:
                       group_size=args.group_size)
     save(model8, args.output)
     before, after = os.path.getsize(args.input), os.path.getsize(args.output)
-    resident, resident8 = weight_bytes(model), weight_bytes(model8)
+    resident, resident8 = model.nbytes, model8.nbytes
     print(f"{'':18s} {'before':>12s} {'after':>12s}")
     print(f"{'file':18s} {_mib(before):>12s} {_mib(after):>12s}  ({before / after:.2f}x smaller)")
     print(f"{'weights in memory':18s} {_mib(resident):>12s} {_mib(resident8):>12s}  "
