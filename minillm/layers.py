@@ -112,37 +112,65 @@ def linear(x, weight, bias=None):
     """
     if not isinstance(weight, np.ndarray):
         y = weight.matmul(x)
-    elif weight.flags.f_contiguous or x.size == x.shape[-1]:
-        y = x @ weight.T  # W.T is C-contiguous (a column-major W), or x is one row
-    else:  # a row-major W (a tied embedding, a large down projection) times several rows
-        y = _row_major_product(x.reshape(-1, x.shape[-1]), weight)
-        y = y.reshape(*x.shape[:-1], weight.shape[0])
+    elif x.size == x.shape[-1]:  # one row: a matrix-vector product, fast in either layout
+        y = x @ weight.T
+    else:
+        # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B separate
+        # products, and for a batch decoding one token a row (T = 1), B matrix-vector
+        # products, about twice as slow as one (B, in) @ (in, out).
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        y = _product(rows, weight).reshape(*x.shape[:-1], weight.shape[0])
     if bias is not None:
         y += bias
     return y
 
 
-SMALL_PRODUCT = 2 ** 19  # multiply-adds up to which OpenBLAS multiplies without repacking
-# (measured here: blocks of 786K multiply-adds still fast, 1M not; 2^19 keeps a margin)
+# OpenBLAS (0.3 on x86-64) multiplies float32 matrices of at most 100^3 multiply-adds
+# (M x N x K) with a kernel for small matrices that reads them where they lie; a larger product
+# first copies ("packs") both operands into blocks. For a few rows of x, packing W costs more
+# than the product: measured here, 8 x 192 by 192 x 651 takes 19 us and 192 x 716 takes 36 us.
+SMALL_PRODUCT = 10 ** 6
+
+
+def _product(x, weight):
+    """x @ W.T for rows x (N, in) and a weight W (out, in), the way measured fastest for W.
+
+    Many rows (a prefill) pay for the packing. A few rows (a batch decoding, a verify pass) by
+    a large W are multiplied a block of W's rows at a time, each block under SMALL_PRODUCT
+    (2-3x faster).
+    """
+    n, d = x.shape
+    if not weight.flags.f_contiguous:  # a tied embedding, a large down projection
+        return _row_major_product(x, weight)
+    if n > 16 or n * weight.size <= SMALL_PRODUCT:
+        return x @ weight.T  # W.T is C-contiguous
+    y = np.empty((n, weight.shape[0]), dtype=np.result_type(x, weight))  # (N, out)
+    for start, stop in _blocks(weight.shape[0], n * d):
+        np.matmul(x, weight[start:stop].T, out=y[:, start:stop])
+    return y
 
 
 def _row_major_product(x, weight):
     """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T.
 
     OpenBLAS is several times faster at W @ x.T than at x @ W.T here, and faster still with
-    x.T made row-major too. For a few rows (a verify pass, a batch) a large W is repacked on
-    every call, which costs more than the product itself; blocks of W whose product stays
-    under SMALL_PRODUCT multiply-adds take the copy-free path instead (2-3x faster).
+    x.T made row-major too; for a few rows, by blocks of W's rows as in _product.
     """
     n, d = x.shape
     xt = np.ascontiguousarray(x.T)  # (in, N)
-    if n > 16:  # enough rows (a prefill) to pay for the repacking
+    if n > 16:  # enough rows (a prefill) to pay for the packing
         return (weight @ xt).T
-    rows = max(16, SMALL_PRODUCT // (n * d))
     out = np.empty((weight.shape[0], n), dtype=np.result_type(x, weight))  # (out, N)
-    for start in range(0, weight.shape[0], rows):
-        np.matmul(weight[start:start + rows], xt, out=out[start:start + rows])
+    for start, stop in _blocks(weight.shape[0], n * d):
+        np.matmul(weight[start:stop], xt, out=out[start:stop])
     return out.T
+
+
+def _blocks(out_features: int, per_row: int):
+    """(start, stop) of blocks of W's rows whose product costs at most SMALL_PRODUCT
+    multiply-adds, `per_row` each (at least 16 rows a block)."""
+    rows = max(16, SMALL_PRODUCT // per_row)
+    return [(start, min(start + rows, out_features)) for start in range(0, out_features, rows)]
 
 
 def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -127,17 +127,20 @@ def test_attention_matches_explicit_formula_with_mask():
         np.testing.assert_allclose(out[0, h], w @ v[0, h], rtol=1e-13)
 
 
-@given(st.integers(1, 40), st.sampled_from(["C", "F"]), st.sampled_from([np.float32, np.float64]))
-def test_linear_is_x_times_w_transposed_in_every_layout(rows, order, dtype):
-    """Every path of linear (one row, column-major W, row-major W in blocks) is x @ W.T + b.
+@given(st.integers(1, 40), st.sampled_from(["C", "F"]), st.sampled_from([np.float32, np.float64]),
+       st.booleans())
+def test_linear_is_x_times_w_transposed_in_every_layout(rows, order, dtype, batch):
+    """Every path of linear (one row, one product, W in blocks of rows, either layout) is
+    x @ W.T + b, for rows of one text (1, T, in) or a batch of one-token rows (B, 1, in).
 
-    3000 x 100 with up to 16 rows splits a row-major W into several blocks, the last one short.
+    3000 x 100 by 4 to 16 rows exceeds SMALL_PRODUCT and is split into several blocks, the last
+    one short.
     """
     rng = np.random.default_rng(rows)
     w = np.asarray(rng.standard_normal((3000, 100)), dtype=dtype, order=order)
-    x = rng.standard_normal((1, rows, 100)).astype(dtype)
+    x = rng.standard_normal((rows, 1, 100) if batch else (1, rows, 100)).astype(dtype)
     b = rng.standard_normal(3000).astype(dtype)
     y = linear(x, w, b)
-    assert y.shape == (1, rows, 3000) and y.dtype == dtype
+    assert y.shape == x.shape[:2] + (3000,) and y.dtype == dtype
     expected = x.astype(np.float64) @ w.astype(np.float64).T + b
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4 if dtype == np.float32 else 1e-12)
