@@ -119,7 +119,13 @@ def linear(x, weight, bias=None):
         # products, and for a batch decoding one token a row (T = 1), B matrix-vector
         # products, about twice as slow as one (B, in) @ (in, out).
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        y = _product(rows, weight).reshape(*x.shape[:-1], weight.shape[0])
+        if not weight.flags.f_contiguous:  # a tied embedding, a large down projection
+            y = _row_major_product(rows, weight)
+        elif len(rows) <= 16 and rows.size * weight.shape[0] > SMALL_PRODUCT:
+            y = _column_major_blocks(rows, weight)
+        else:
+            y = rows @ weight.T  # W.T is C-contiguous
+        y = y.reshape(x.shape[:-1] + (weight.shape[0],))
     if bias is not None:
         y += bias
     return y
@@ -132,18 +138,10 @@ def linear(x, weight, bias=None):
 SMALL_PRODUCT = 10 ** 6
 
 
-def _product(x, weight):
-    """x @ W.T for rows x (N, in) and a weight W (out, in), the way measured fastest for W.
-
-    Many rows (a prefill) pay for the packing. A few rows (a batch decoding, a verify pass) by
-    a large W are multiplied a block of W's rows at a time, each block under SMALL_PRODUCT
-    (2-3x faster).
-    """
+def _column_major_blocks(x, weight):
+    """x @ W.T for a few rows x (N, in) and a large column-major W (out, in), a block of W's
+    rows at a time, each block's product under SMALL_PRODUCT (2-3x faster than one call)."""
     n, d = x.shape
-    if not weight.flags.f_contiguous:  # a tied embedding, a large down projection
-        return _row_major_product(x, weight)
-    if n > 16 or n * weight.size <= SMALL_PRODUCT:
-        return x @ weight.T  # W.T is C-contiguous
     y = np.empty((n, weight.shape[0]), dtype=np.result_type(x, weight))  # (N, out)
     for start, stop in _blocks(weight.shape[0], n * d):
         np.matmul(x, weight[start:stop].T, out=y[:, start:stop])
@@ -154,7 +152,7 @@ def _row_major_product(x, weight):
     """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T.
 
     OpenBLAS is several times faster at W @ x.T than at x @ W.T here, and faster still with
-    x.T made row-major too; for a few rows, by blocks of W's rows as in _product.
+    x.T made row-major too; for a few rows, by blocks of W's rows under SMALL_PRODUCT.
     """
     n, d = x.shape
     xt = np.ascontiguousarray(x.T)  # (in, N)
