@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import draw, filtered_probs, sample_next_token
+from .sampling import draw, filtered_probs, penalises, sample_next_token
 
 
 class ModelDrafter:
@@ -34,11 +34,12 @@ class ModelDrafter:
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
         greedy = self.knobs["temperature"] == 0
+        penalty = penalises(self.knobs.get("repetition_penalty"))
         for i in range(k):
             logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
-            history = [text + guesses]
+            history = [text + guesses] if penalty else None
             if greedy:  # q is one-hot on the token greedy sampling picks
                 guess = int(sample_next_token(logits, **self.knobs, history=history))
                 q[i, guess] = 1.0
@@ -57,11 +58,9 @@ class ModelDrafter:
             self.cache.reset()
             self.cached = []
         visible = text[self.start:]
-        agree = 0
-        for a, b in zip(self.cached, visible):
-            if a != b:
-                break
-            agree += 1
+        agree = min(len(self.cached), len(visible))
+        if self.cached[:agree] != visible[:agree]:  # one comparison when the cache is a prefix
+            agree = next(i for i, (a, b) in enumerate(zip(self.cached, visible)) if a != b)
         agree = min(agree, len(visible) - 1)  # re-read at least the last token for its logits
         self.cache.truncate(agree)
         del self.cached[agree:]

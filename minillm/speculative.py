@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .sampling import check_knobs, draw, filtered_probs, sample_next_token
+from .sampling import check_knobs, draw, filtered_probs, penalises, sample_next_token
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -142,8 +142,10 @@ def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
         logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]
         stats.target_calls += 1
         # The repetition penalty sees what plain generation sees: the view, then the guesses.
-        seen = text[start:]
-        history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
+        history = None
+        if penalises(knobs["repetition_penalty"]):
+            seen = text[start:]
+            history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
         if knobs["temperature"] == 0:
             top = sample_next_token(logits, **knobs, history=history)  # (k + 1,) argmaxes
             kept, token = accept_greedy(top, guesses)
