@@ -2,6 +2,7 @@
 
     python bench/quant_quality.py MODEL.npz --text weights/web_valid.txt [--tokenizer T.json]
     python bench/quant_quality.py --random          # no trained model: a random Sprout-size one
+    ... --plot bench/plots/quant_bits.png           # and a picture of table 2 (matplotlib)
 
 Table 1 (float32 vs int8 with one scale per row): file size, resident weight bytes, logit cosine
 similarity, share of positions with the same top token, held-out loss (nats/token).
@@ -58,6 +59,7 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--length", type=int, default=256, help="tokens per window")
     parser.add_argument("--bits", type=int, nargs="+", default=[8, 6, 5, 4, 3, 2])
+    parser.add_argument("--plot", metavar="PNG", help="draw table 2 here (needs matplotlib)")
     args = parser.parse_args(argv)
     if args.random:
         model = minillm.random_model(SPROUT, seed=0)
@@ -91,11 +93,40 @@ def main(argv=None) -> int:
 
     print(f"\nloss (nats/token); float32: {r.loss_float:.4f}")
     print(f"{'bits':>4s} {'per row':>9s} {'per matrix':>11s}")
+    curve = []
     for bits in args.bits:
         row = loss(minillm.quantize(model, bits=bits), wins)
         matrix = loss(per_matrix(model, bits), wins)
         print(f"{bits:>4d} {row:>9.4f} {matrix:>11.4f}", flush=True)
+        curve.append((bits, row, matrix))
+    if args.plot:
+        name = "random Sprout-size model" if args.random else os.path.basename(args.model_path)
+        print("\n" + plot_bits(curve, r.loss_float, args.plot, name))
     return 0
+
+
+def plot_bits(curve, float_loss: float, path: str, name: str) -> str:
+    """Held-out loss against bits per weight, per-row and per-matrix scales, float32 for scale."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plot: missing (matplotlib not installed)"
+    bits, per_row, per_matrix_ = zip(*curve)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(bits, per_row, marker="o", label="one scale per row (minillm.quantize)")
+    ax.plot(bits, per_matrix_, marker="s", label="one scale per matrix")
+    ax.axhline(float_loss, color="gray", linestyle="--", label=f"float32 ({float_loss:.4f})")
+    ax.set_xlabel("bits per weight (every linear layer of the blocks)")
+    ax.set_ylabel("held-out loss, nats/token (log scale)")
+    ax.set_yscale("log")
+    ax.set_title(f"Loss against bit width: {name}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"plot: {path}"
 
 
 if __name__ == "__main__":
