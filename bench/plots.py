@@ -6,13 +6,21 @@ import os
 import textwrap
 
 
-def write(results: list, folder: str) -> str:
-    """results: [(workload, title, rows)]. Returns a line saying what was written."""
+def pyplot():
+    """matplotlib.pyplot drawing to files (no window), or None when matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def write(results: list, folder: str) -> str:
+    """results: [(workload, title, rows)]. Returns a line saying what was written."""
+    plt = pyplot()
+    if plt is None:
         return "plots: missing (matplotlib not installed)"
     os.makedirs(folder, exist_ok=True)
     written = []

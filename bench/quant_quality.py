@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import minillm  # noqa: E402
+from bench.plots import pyplot  # noqa: E402
 from minillm.quality import compare, loss, windows  # noqa: E402
 from minillm.quantize import QuantizedWeight, is_linear_weight  # noqa: E402
 
@@ -107,11 +108,8 @@ def main(argv=None) -> int:
 
 def plot_bits(curve, float_loss: float, path: str, name: str) -> str:
     """Held-out loss against bits per weight, per-row and per-matrix scales, float32 for scale."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "plot: missing (matplotlib not installed)"
     bits, per_row, per_matrix_ = zip(*curve)
     fig, ax = plt.subplots(figsize=(6, 4))

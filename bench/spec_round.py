@@ -13,24 +13,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import defaultdict
 
 import minillm
 
 from .machine import set_threads
+from .profile_step import timed
 from .speculative import models
 from .timing import Missing
-
-
-def timed_forward(model, totals: dict, key: str) -> None:
-    """Make model.forward add its wall time to totals[key] (on this instance only)."""
-    forward = model.forward
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        out = forward(*args, **kwargs)
-        totals[key] += time.perf_counter() - start
-        return out
-    model.forward = wrapper
 
 
 def main(argv=None) -> int:
@@ -45,19 +35,19 @@ def main(argv=None) -> int:
         print(f"missing: {found.reason}")
         return 1
     target, draft, prompt, _ = found
-    totals = {"verify": 0.0, "draft": 0.0}
-    timed_forward(target, totals, "verify")
-    timed_forward(draft, totals, "draft")
+    totals = defaultdict(lambda: [0.0, 0])  # "verify" / "draft": [seconds, calls] of forward
+    target.forward = timed(target.forward, "verify", totals)
+    draft.forward = timed(draft.forward, "draft", totals)
     plain, spec, rounds, draft_calls = [], [], 0, 0
     for _ in range(args.repeats + 1):  # the first of each is a warm-up
         start = time.perf_counter()
         minillm.generate(target, prompt, args.tokens, temperature=0)
         plain.append(time.perf_counter() - start)
-        totals.update(verify=0.0, draft=0.0)
+        totals.clear()  # count the speculative run only
         start = time.perf_counter()
         _, stats = minillm.speculative_generate(target, draft, prompt, args.tokens, k=args.k,
                                                 temperature=0)
-        spec.append((time.perf_counter() - start, dict(totals)))
+        spec.append((time.perf_counter() - start, {k: s for k, (s, _) in totals.items()}))
         rounds, draft_calls = stats.target_calls, stats.draft_calls
     step = min(plain[1:]) / args.tokens  # P: one plain token, its share of the loop included
     wall, parts = min(spec[1:], key=lambda run: run[0])  # the fastest speculative run
