@@ -127,3 +127,41 @@ class ModelConfig:
             block = 2 * D + qkv * D + qkv * int(self.bias) + D * D + 3 * D * F
             total = V * D + L * block + D
         return total + (0 if self.tie_embeddings else V * D)
+
+
+def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a model of this config has, by canonical name, with its shape."""
+    D, F, V, d = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
+    qkv_rows = (cfg.n_heads + 2 * cfg.n_kv_heads) * d
+    classic = cfg.arch == "classic"
+    norm_bias = classic and cfg.bias  # LayerNorm shifts; RMSNorm has none
+    linear_bias = classic and cfg.bias  # every linear layer of the classic model
+    shapes = {"tok_emb.weight": (V, D)}
+    if classic:
+        shapes["pos_emb.weight"] = (cfg.context_length, D)
+
+    def norm(name):
+        shapes[name + ".weight"] = (D,)
+        if norm_bias:
+            shapes[name + ".bias"] = (D,)
+
+    def dense(name, out_features, in_features, bias):
+        shapes[name + ".weight"] = (out_features, in_features)
+        if bias:
+            shapes[name + ".bias"] = (out_features,)
+
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        norm(p + "attn_norm")
+        dense(p + "attn.qkv", qkv_rows, D, cfg.bias)
+        dense(p + "attn.out", D, cfg.n_heads * d, linear_bias)
+        norm(p + "mlp_norm")
+        if classic:
+            dense(p + "mlp.up", F, D, linear_bias)
+        else:
+            dense(p + "mlp.gate_up", 2 * F, D, False)
+        dense(p + "mlp.down", D, F, linear_bias)
+    norm("final_norm")
+    if not cfg.tie_embeddings:
+        shapes["lm_head.weight"] = (V, D)
+    return shapes

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import draw, filtered_probs, penalises, sample_next_token
+from .generate import kept_on_slide
+from .sampling import SamplingConfig, draw, probabilities, sample
 
 
 class ModelDrafter:
@@ -18,7 +19,7 @@ class ModelDrafter:
     rejected are dropped: a truncate, never a recomputation) and reads only the rest.
     """
 
-    def __init__(self, model, knobs):
+    def __init__(self, model, knobs: SamplingConfig):
         self.model, self.knobs = model, knobs
         self.cache = model.new_cache()
         self.cached: list[int] = []  # the tokens whose keys and values the cache holds
@@ -33,18 +34,16 @@ class ModelDrafter:
         k = max(1, min(k, self.model.config.context_length - view + 1))  # what the cache holds
         guesses, q = [], np.zeros((k, V))
         fresh = text[self.start + len(self.cached):]
-        greedy = self.knobs["temperature"] == 0
-        penalty = penalises(self.knobs.get("repetition_penalty"))
         for i in range(k):
             logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
             self.calls += 1
             self.cached += fresh
-            history = [text + guesses] if penalty else None
-            if greedy:  # q is one-hot on the token greedy sampling picks
-                guess = int(sample_next_token(logits, **self.knobs, history=history))
+            history = [text + guesses] if self.knobs.penalises else None
+            if self.knobs.greedy:  # q is one-hot on the token greedy sampling picks
+                guess = int(sample(logits, self.knobs, history))
                 q[i, guess] = 1.0
             else:
-                q[i] = filtered_probs(logits, **self.knobs, history=history)
+                q[i] = probabilities(logits, self.knobs, history)
                 guess = int(draw(q[i], rng.random()))
             guesses.append(guess)
             fresh = [guess]
@@ -54,7 +53,7 @@ class ModelDrafter:
         """Roll the cache back to the longest prefix it shares with the text; slide if full."""
         W = self.model.config.context_length
         if len(text) - self.start + k - 1 > W:  # the guesses would not fit: keep the newest half
-            self.start = len(text) - max(1, W // 2)
+            self.start = len(text) - kept_on_slide(W)
             self.cache.reset()
             self.cached = []
         visible = text[self.start:]

@@ -22,11 +22,58 @@ when every row has stopped or `max_new_tokens` is reached.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .sampling import check_knobs, sample_next_token
+from .sampling import SamplingConfig, sample
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What a generation is asked for, checked once: how many new tokens, the sampling knobs,
+    the seed and the stop tokens (each, once emitted, ends its row)."""
+
+    max_new_tokens: int = 100
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int | None = 0
+    stop_tokens: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"max_new_tokens: must be an integer >= 0, got {n!r}")
+        object.__setattr__(self, "max_new_tokens", int(n))
+        if self.seed is not None and (isinstance(self.seed, bool)
+                                      or not isinstance(self.seed, numbers.Integral)):
+            raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
+        stops = tuple(self.stop_tokens)
+        if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in stops):
+            raise ValueError(f"stop_tokens: must be token ids (integers), got {list(stops)!r}")
+        object.__setattr__(self, "stop_tokens", tuple(sorted({int(t) for t in stops})))
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Stop tokens must be ids of the model's vocabulary."""
+        if self.stop_tokens and (self.stop_tokens[0] < 0 or self.stop_tokens[-1] >= vocab_size):
+            raise ValueError(f"stop_tokens: ids must be in [0, {vocab_size}), got "
+                             f"{list(self.stop_tokens)}")
+
+
+def generation_config(vocab_size: int, max_new_tokens=100, temperature=0.8, top_k=None,
+                      top_p=None, min_p=None, repetition_penalty=None, seed=0,
+                      stop_tokens=()) -> GenerationConfig:
+    """The one check of a generation's arguments, shared by generate, stream,
+    speculative_generate and the command line: a GenerationConfig, or a ValueError naming
+    the first argument out of range."""
+    knobs = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty)
+    config = GenerationConfig(max_new_tokens, knobs, seed, stop_tokens)
+    config.check_vocabulary(vocab_size)
+    return config
+
+
+def kept_on_slide(context_length: int) -> int:
+    """How many of its newest tokens a text keeps when it outgrows the window: half of it."""
+    return max(1, context_length // 2)
 
 
 @dataclass
@@ -46,8 +93,8 @@ def generate(model, prompt_ids, max_new_tokens=100, temperature=0.8, top_k=None,
     prompt_ids: one prompt (a list or 1-D array of ids) or a batch (a list of such lists, or
     a 2-D array). A stop token, once emitted, is the last token of its row.
     """
-    batch = _is_batch(prompt_ids)
-    out = [list(map(int, p)) for p in _prompts(prompt_ids, model.config.vocab_size)]
+    batch = is_batch(prompt_ids)
+    out = [list(map(int, p)) for p in check_prompts(prompt_ids, model.config.vocab_size)]
     for step in stream(model, prompt_ids, max_new_tokens, temperature, top_k, top_p, min_p,
                        repetition_penalty, seed, rng, stop_tokens, use_cache):
         for row, token in (step.items() if batch else [(0, step)]):
@@ -64,41 +111,33 @@ def stream(model, prompt_ids, max_new_tokens=100, temperature=0.8, top_k=None, t
     {row: token} of the rows still running. Arguments are checked here, before the first token.
     """
     vocab = model.config.vocab_size
-    batch = _is_batch(prompt_ids)
-    prompts = _prompts(prompt_ids, vocab)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) \
-            or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
-    check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, 64)
-    stops = np.array(sorted({int(t) for t in stop_tokens}), dtype=np.int64)
-    if stops.size and (stops.min() < 0 or stops.max() >= vocab):
-        raise ValueError(f"stop_tokens: ids must be in [0, {vocab}), got {stops.tolist()}")
+    prompts = check_prompts(prompt_ids, vocab)
+    config = generation_config(vocab, max_new_tokens, temperature, top_k, top_p, min_p,
+                               repetition_penalty, seed, stop_tokens)
     if rng is None:
-        rng = np.random.default_rng(seed)
-    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                 repetition_penalty=repetition_penalty)
-    steps = _decode_loop(model, prompts, max_new_tokens, knobs, rng, stops, use_cache)
-    if batch:
+        rng = np.random.default_rng(config.seed)
+    steps = decode_loop(model, prompts, config, rng, use_cache)
+    if is_batch(prompt_ids):
         return steps
     return (step[0] for step in steps)
 
 
-def _decode_loop(model, prompts, max_new_tokens, knobs, rng, stops, use_cache):
+def decode_loop(model, prompts, config: GenerationConfig, rng, use_cache=True):
     """Yield {row: token} for the running rows, step after step."""
     W = model.config.context_length
     window = _first_window(prompts, W)
+    stops = np.array(config.stop_tokens, dtype=np.int64)
     running = np.ones(len(prompts), dtype=bool)
     cache = model.new_cache(len(prompts)) if use_cache else None
     logits = _prefill(model, window, cache)  # (B, V), the next-token logits of each row
-    for step in range(max_new_tokens):
+    for step in range(config.max_new_tokens):
         # The repetition penalty looks at the visible text; padding (-1) is ignored.
-        token = sample_next_token(logits, **knobs, history=window.tokens[:, :window.width],
-                                  rng=rng)  # (B,)
+        token = sample(logits, config.sampling, window.tokens[:, :window.width], rng)  # (B,)
         emitted = np.flatnonzero(running)
         if stops.size:
             running &= ~np.isin(token, stops)
         yield {int(r): int(token[r]) for r in emitted}
-        if not running.any() or step == max_new_tokens - 1:
+        if not running.any() or step == config.max_new_tokens - 1:
             return
         shift, slid = append(window, token, W)
         if cache is None:  # the textbook loop: the whole visible text, every step
@@ -111,7 +150,7 @@ def _decode_loop(model, prompts, max_new_tokens, knobs, rng, stops, use_cache):
 def append(window: Window, token, W: int):
     """Add one token to every row; a row whose text already fills the window slides.
 
-    A sliding row keeps the newest max(1, W // 2) tokens of its text (the new one included).
+    A sliding row keeps the newest kept_on_slide(W) tokens of its text (the new one included).
     To make room, every row moves left by `shift` columns, the smallest move that frees a
     column for the new token and keeps every other row's text whole.
     Returns (shift, slid rows): (0, empty) when nothing had to move.
@@ -120,7 +159,7 @@ def append(window: Window, token, W: int):
         window.tokens[:, window.width] = token
         window.width += 1
         return 0, np.empty(0, dtype=np.int64)
-    keep = max(1, W // 2)
+    keep = kept_on_slide(W)
     slid = np.flatnonzero(window.pad == 0)  # rows whose text fills all W columns
     others = window.pad > 0
     width = max(keep, int((W + 1 - window.pad[others]).max()) if others.any() else 0)
@@ -157,34 +196,33 @@ def _decode(model, window: Window, token, cache, shift: int, slid):
     """One cached step: the new token through the model, plus the slide when there was one."""
     if shift == 0:
         return model.forward(token[:, None], cache)[:, -1]
-    # Move every row's keys and values left by `shift` columns, as append() moved the text.
-    kept = window.width - 1  # columns of text before the new token
-    cache.k[..., :kept] = cache.k[..., shift:shift + kept]  # keys: positions on the last axis
-    cache.v[:, :, :, :kept] = cache.v[:, :, :, shift:shift + kept]
-    cache.length = kept
+    # Every row's text moved left by `shift` columns (append): so do its keys and values.
+    cache.shift(shift)
     cache.pad = window.pad.copy() if window.pad.any() else None
-    logits = model.forward(token[:, None], cache)[:, -1]  # right for the rows that did not slide
+    logits = np.empty((len(token), model.config.vocab_size), dtype=model.dtype)
+    if len(slid) < len(token):  # the rows that did not slide read the new token as usual
+        logits[:] = model.forward(token[:, None], cache)[:, -1]
+    else:
+        cache.advance(1)  # its keys and values are written by the re-read below
     # The sliding rows read their newest tokens again from scratch, positions from 0.
     keep = window.width - int(window.pad[slid[0]])
     fresh = model.new_cache(len(slid), capacity=keep)
     logits[slid] = model.forward(window.tokens[slid, window.width - keep:window.width],
                                  fresh, last=1)[:, -1]
-    columns = slice(window.width - keep, window.width)
-    cache.k[:, slid, :, :, columns] = fresh.k
-    cache.v[:, slid, :, columns] = fresh.v
+    cache.fill_rows(slid, fresh, start=window.width - keep)
     return logits
 
 
-def _is_batch(prompt_ids) -> bool:
+def is_batch(prompt_ids) -> bool:
     """A batch is a 2-D array or a sequence of sequences; one prompt is a flat sequence."""
     if isinstance(prompt_ids, np.ndarray):
         return prompt_ids.ndim == 2
-    return bool(prompt_ids) and not isinstance(prompt_ids[0], (numbers.Integral, np.integer))
+    return bool(prompt_ids) and isinstance(prompt_ids[0], (list, tuple, np.ndarray))
 
 
-def _prompts(prompt_ids, vocab: int) -> list[np.ndarray]:
+def check_prompts(prompt_ids, vocab: int) -> list[np.ndarray]:
     """The prompts as 1-D int64 arrays, checked: non-empty, integer ids in [0, vocab)."""
-    rows = list(prompt_ids) if _is_batch(prompt_ids) else [prompt_ids]
+    rows = list(prompt_ids) if is_batch(prompt_ids) else [prompt_ids]
     if not rows:
         raise ValueError("prompt_ids: empty batch, give at least one prompt")
     prompts = []
@@ -194,7 +232,7 @@ def _prompts(prompt_ids, vocab: int) -> list[np.ndarray]:
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"{name}: expected a non-empty list of token ids")
         if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
+            raise ValueError(f"{name}: token ids must be integers, got {ids.dtype} values")
         if ids.min() < 0 or ids.max() >= vocab:
             raise ValueError(f"{name}: ids must be in [0, {vocab}) (the vocabulary), got min "
                              f"{ids.min()} and max {ids.max()}")

@@ -17,31 +17,22 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     Subtracting the max changes nothing mathematically and keeps exp() from overflowing.
     Entries of -inf get probability 0; a row must have at least one finite entry.
     """
-    # np.maximum.reduce and np.add.reduce: the same as x.max() and x.sum(), with less
-    # Python-level overhead, which dominates on the small arrays of a decode step.
-    e = np.exp(x - np.maximum.reduce(x, axis=axis, keepdims=True))
-    e /= np.add.reduce(e, axis=axis, keepdims=True)
-    return e
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def layer_norm(x, weight, bias, eps: float):
     """LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, over the last axis."""
-    n = 1.0 / x.shape[-1]  # means as sums times 1/D: x.mean() costs 5x more on small rows
-    centred = x - np.add.reduce(x, axis=-1, keepdims=True) * n
-    var = np.vecdot(centred, centred)[..., None] * n  # sum of squares in one call
-    out = centred / np.sqrt(var + eps)
-    out *= weight
-    if bias is not None:
-        out += bias
-    return out
+    centred = x - x.mean(axis=-1, keepdims=True)
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    out = centred / np.sqrt(var + eps) * weight
+    return out if bias is None else out + bias
 
 
 def rms_norm(x, weight, eps: float):
     """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight, over the last axis (no centring)."""
-    mean_square = np.vecdot(x, x)[..., None] * (1.0 / x.shape[-1])  # (.., 1)
-    out = x / np.sqrt(mean_square + eps)
-    out *= weight
-    return out
+    mean_square = (x * x).mean(axis=-1, keepdims=True)  # (.., 1)
+    return x / np.sqrt(mean_square + eps) * weight
 
 
 # Chebyshev-fitted coefficients for erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0
@@ -107,68 +98,11 @@ ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
 def linear(x, weight, bias=None):
     """y = x @ W.T + b, with W stored (out_features, in_features) as PyTorch stores it.
 
-    A quantized weight (minillm.quantize) is any object with a `matmul(x)` method that returns
-    x @ W.T; a float weight is a NumPy array and goes straight to BLAS (the transpose is a view).
+    A weight that is not a NumPy array (an int8 QuantizedWeight, or a weight minillm.fast laid
+    out for speed) carries its own product: any object whose `matmul(x)` returns x @ W.T.
     """
-    if not isinstance(weight, np.ndarray):
-        y = weight.matmul(x)
-    elif x.size == x.shape[-1]:  # one row: a matrix-vector product, fast in either layout
-        y = x @ weight.T
-    else:
-        # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B separate
-        # products, and for a batch decoding one token a row (T = 1), B matrix-vector
-        # products, about twice as slow as one (B, in) @ (in, out).
-        rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        if not weight.flags.f_contiguous:  # a tied embedding, a large down projection
-            y = _row_major_product(rows, weight)
-        elif len(rows) <= 16 and rows.size * weight.shape[0] > SMALL_PRODUCT:
-            y = _column_major_blocks(rows, weight)
-        else:
-            y = rows @ weight.T  # W.T is C-contiguous
-        y = y.reshape(x.shape[:-1] + (weight.shape[0],))
-    if bias is not None:
-        y += bias
-    return y
-
-
-# OpenBLAS multiplies matrices of up to 10^6 multiply-adds (M x N x K) where they lie, and
-# first copies ("packs") the operands of larger products into blocks, which for a few rows of x
-# costs more than the product. Measured here (OpenBLAS 0.3.31, x86-64, float32): 8 x 192 by
-# 192 x 651 (999,936 multiply-adds) takes 19 us, by 192 x 716 (1,099,776) 36 us.
-SMALL_PRODUCT = 10 ** 6
-
-
-def _column_major_blocks(x, weight):
-    """x @ W.T for a few rows x (N, in) and a large column-major W (out, in), a block of W's
-    rows at a time, each block's product under SMALL_PRODUCT (2-3x faster than one call)."""
-    n, d = x.shape
-    y = np.empty((n, weight.shape[0]), dtype=np.result_type(x, weight))  # (N, out)
-    for start, stop in _blocks(weight.shape[0], n * d):
-        np.matmul(x, weight[start:stop].T, out=y[:, start:stop])
-    return y
-
-
-def _row_major_product(x, weight):
-    """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T.
-
-    OpenBLAS is several times faster at W @ x.T than at x @ W.T here, and faster still with
-    x.T made row-major too; for a few rows, by blocks of W's rows under SMALL_PRODUCT.
-    """
-    n, d = x.shape
-    xt = np.ascontiguousarray(x.T)  # (in, N)
-    if n > 16:  # enough rows (a prefill) to pay for the packing
-        return (weight @ xt).T
-    out = np.empty((weight.shape[0], n), dtype=np.result_type(x, weight))  # (out, N)
-    for start, stop in _blocks(weight.shape[0], n * d):
-        np.matmul(weight[start:stop], xt, out=out[start:stop])
-    return out.T
-
-
-def _blocks(out_features: int, per_row: int):
-    """(start, stop) of blocks of W's rows whose product costs at most SMALL_PRODUCT
-    multiply-adds, `per_row` each (at least 16 rows a block)."""
-    rows = max(16, SMALL_PRODUCT // per_row)
-    return [(start, min(start + rows, out_features)) for start in range(0, out_features, rows)]
+    y = x @ weight.T if isinstance(weight, np.ndarray) else weight.matmul(x)
+    return y if bias is None else y + bias
 
 
 def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -203,13 +137,13 @@ def apply_rope(x, cos, sin):
     return out
 
 
-def attention(q, k_t, v, mask=None):
+def attention(q, k, v, mask=None):
     """Scaled dot-product attention with grouped-query heads.
 
         Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
 
-    q: (B, H, T, d) queries; k_t: (B, K, d, S) keys, transposed as in the cache; v: (B, K, S, d)
-    values; K divides H, and query head h reads key/value head h // (H / K).
+    q: (B, H, T, d) queries; k, v: (B, K, S, d) keys and values; K divides H, and query head h
+    reads key/value head h // (H / K).
     mask: None (every key visible) or booleans broadcastable to (B, 1, 1, T, S), True where a
     key is visible. Returns (B, H, T, d).
     """
@@ -218,7 +152,7 @@ def attention(q, k_t, v, mask=None):
     group = H // K
     # Put the `group` query heads that share a key head side by side: one matmul per key head.
     q = q.reshape(B, K, group * T, d)
-    scores = (q * (1.0 / math.sqrt(d))) @ k_t  # (B, K, group*T, S)
+    scores = (q * (1.0 / math.sqrt(d))) @ k.swapaxes(-1, -2)  # (B, K, group*T, S)
     if mask is not None:
         hidden = ~np.asarray(mask)  # small: (T, S) or (B, 1, 1, T, S)
         np.copyto(scores.reshape(B, K, group, T, S), -np.inf, where=hidden)

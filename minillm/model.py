@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import ModelConfig
+from . import fast as fast_path
+from .config import ModelConfig, parameter_shapes
 from .kv_cache import KVCache
 from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
 
@@ -19,31 +20,29 @@ from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_
 class Model:
     """A configuration, its parameters (canonical names of docs/FORMAT.md) and a tokenizer.
 
-    The parameters are laid out for speed when the Model is made (and a tied embedding
-    copied, see below): to change weights, make a new Model rather than editing `params`.
+    fast: multiply by the weights minillm.fast prepares (other memory layouts, blocked
+    products; the same values) instead of the parameters as given. None means on, unless
+    MINILLM_FAST=0 is set. With it on, `params` holds the laid-out arrays, so that the weights
+    are in memory once; to change weights, make a new Model rather than editing `params`.
     """
 
     config: ModelConfig
     params: dict
     tokenizer: object = None
+    fast: bool | None = None
+    weights: dict = field(init=False, repr=False)  # what forward multiplies by, by name
     _rope: tuple = field(init=False, repr=False)
-    _head_columns: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
-        # Linear weights are laid out for speed, same values and shape (see _laid_out); the
-        # embedding tables stay row-major for lookups. (Code that hands raw buffers to other
-        # libraries, such as safetensors, must call np.ascontiguousarray first.)
-        self.params = {name: _laid_out(w) if _is_dense(name, w) else w
-                       for name, w in self.params.items()}
-        # A tied embedding is read whole as the output layer, and one row of it per token as a
-        # lookup. Row-major suits the lookups and products with a few rows (blocks of rows,
-        # see layers.linear), but one row, as in decoding, reads a column-major matrix much
-        # faster (26 against 16 GB/s for GPT-2 small's 154 MB table on a 2-core EPYC): keep a
-        # column-major copy for that product. It costs vocab_size x d_model more floats.
-        self._head_columns = None
-        if cfg.tie_embeddings:
-            self._head_columns = np.asfortranarray(self.params["tok_emb.weight"])
+        if self.fast is None:
+            self.fast = fast_path.enabled()
+        if self.fast:
+            self.weights = fast_path.prepare(self.params, cfg.tie_embeddings)
+            self.params = {name: getattr(self.weights[name], "w", value)
+                           for name, value in self.params.items()}
+        else:
+            self.weights = dict(self.params)
         self._rope = None
         if cfg.arch == "modern":
             cos, sin = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
@@ -54,16 +53,25 @@ class Model:
         return self.params["tok_emb.weight"].dtype
 
     @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def context_length(self) -> int:
+        return self.config.context_length
+
+    @property
     def nbytes(self) -> int:
         """Bytes of every weight array held: the parameters (a quantized weight counts its
-        integers and scales) and the column-major copy of a tied output layer."""
-        copy = 0 if self._head_columns is None else self._head_columns.nbytes
-        return sum(w.nbytes for w in self.params.values()) + copy
+        integers and scales) and any copy the fast path keeps (a tied output layer's)."""
+        extra = sum(w.nbytes for name, w in self.weights.items()
+                    if isinstance(w, (fast_path.Dense, fast_path.Int8)))
+        return sum(w.nbytes for w in self.params.values()) + (extra if self.fast else 0)
 
     @property
     def output_weight(self):
         """The output layer (V, D): the token embedding itself when tied."""
-        return self.params["tok_emb.weight" if self.config.tie_embeddings else "lm_head.weight"]
+        return self.weights.get("lm_head.weight", self.weights["tok_emb.weight"])
 
     def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
         """An empty cache for `batch_size` rows of up to `capacity` tokens (the context length)."""
@@ -111,17 +119,12 @@ class Model:
 
         x = self._embed(tokens, positions)  # (B, T, D)
         for layer in range(cfg.n_layers):
-            x = self._block(x, layer, positions, mask, cache, start)
-        if last is not None:
-            x = x[:, -last:]
-        x = self._norm(x, "final_norm")
-        one_row = x.shape[0] * x.shape[1] == 1
-        head = self._head_columns if one_row and self._head_columns is not None \
-            else self.output_weight
-        logits = linear(x, head)  # (B, T, V)
+            x = self._block(x, layer, positions, mask, cache)
         if cache is not None:
-            cache.length = start + T
-        return logits
+            cache.advance(T)
+        if last is not None:
+            x = x[:, -last:]  # the output layer only where logits are wanted
+        return linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
 
     # -- the pieces of forward -------------------------------------------------------------
 
@@ -137,19 +140,19 @@ class Model:
             return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
         return rms_norm(x, p[name + ".weight"], eps)
 
-    def _block(self, x, layer, positions, mask, cache, start):
+    def _block(self, x, layer, positions, mask, cache):
         """One pre-norm block: x += Attention(Norm(x)); x += MLP(Norm(x))."""
         name = f"layers.{layer}."
         x += self._attention(self._norm(x, name + "attn_norm"), name, layer, positions, mask,
-                             cache, start)
+                             cache)
         x += self._mlp(self._norm(x, name + "mlp_norm"), name)
         return x
 
-    def _attention(self, h, name, layer, positions, mask, cache, start):
-        cfg, p = self.config, self.params
+    def _attention(self, h, name, layer, positions, mask, cache):
+        cfg, w = self.config, self.weights
         B, T, _ = h.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        qkv = linear(h, p[name + "attn.qkv.weight"], p.get(name + "attn.qkv.bias"))
+        qkv = linear(h, w[name + "attn.qkv.weight"], w.get(name + "attn.qkv.bias"))
         qkv = qkv.reshape(B, T, H + 2 * K, d)
         if cfg.arch == "modern":
             # Rotate queries and keys together: one call for the H + K heads.
@@ -158,29 +161,25 @@ class Model:
         else:
             qk = qkv[:, :, :H + K]
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
-        k_t = qk[:, :, H:].transpose(0, 2, 3, 1)  # (B, K, d, T): keys transposed
+        k = qk[:, :, H:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         if cache is not None:
-            end = start + T
-            cache.k[layer, :, :, :, start:end] = k_t
-            cache.v[layer, :, :, start:end] = v
-            k_t = cache.k[layer, ..., :end]  # (B, K, d, end)
-            v = cache.v[layer, :, :, :end]  # (B, K, end, d)
-        out = attention(q, k_t, v, mask)  # (B, H, T, d)
+            k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
+        out = attention(q, k, v, mask)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
-        return linear(out, p[name + "attn.out.weight"], p.get(name + "attn.out.bias"))
+        return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
     def _mlp(self, h, name):
-        cfg, p = self.config, self.params
+        cfg, w = self.config, self.weights
         act = ACTIVATIONS[cfg.activation]
         if cfg.arch == "classic":
             # MLP(h) = W_down act(W_up h + b_up) + b_down
-            u = linear(h, p[name + "mlp.up.weight"], p.get(name + "mlp.up.bias"))
-            return linear(act(u), p[name + "mlp.down.weight"], p.get(name + "mlp.down.bias"))
+            u = linear(h, w[name + "mlp.up.weight"], w.get(name + "mlp.up.bias"))
+            return linear(act(u), w[name + "mlp.down.weight"], w.get(name + "mlp.down.bias"))
         # SwiGLU(h) = W_down (silu(W_gate h) * (W_up h)), gate and up fused in one matmul
-        gate_up = linear(h, p[name + "mlp.gate_up.weight"])  # (B, T, 2F)
+        gate_up = linear(h, w[name + "mlp.gate_up.weight"])  # (B, T, 2F)
         gate, up = gate_up[..., :cfg.d_ff], gate_up[..., cfg.d_ff:]
-        return linear(act(gate) * up, p[name + "mlp.down.weight"])
+        return linear(act(gate) * up, w[name + "mlp.down.weight"])
 
     # -- input checks ----------------------------------------------------------------------
 
@@ -199,13 +198,10 @@ class Model:
 
     def _check_cache(self, cache: KVCache, B: int, T: int) -> None:
         cfg = self.config
-        values = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
-        keys = (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim, cache.capacity)
-        if cache.v.shape != values or cache.k.shape != keys \
-                or cache.k.dtype != self.dtype or cache.v.dtype != self.dtype:
-            raise ValueError(f"cache: values {cache.v.shape} / {cache.v.dtype} do not fit this "
-                             f"model and batch (expected {values} / {self.dtype}, keys "
-                             f"transposed)")
+        expected = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
+        if cache.shape != expected or cache.dtype != self.dtype:
+            raise ValueError(f"cache: its arrays {cache.shape} / {cache.dtype} do not fit this "
+                             f"model and batch (expected {expected} / {self.dtype})")
         if cache.length + T > cache.capacity:
             raise ValueError(f"cache: {T} new tokens do not fit ({cache.length} of "
                              f"{cache.capacity} positions used); reset or slide the window")
@@ -216,30 +212,6 @@ class Model:
         if pad.shape != (B,) or pad.min() < 0 or pad.max() >= T:
             raise ValueError(f"pad: expected {B} counts in [0, {T}), got {pad.tolist()}")
         return None if not pad.any() else pad
-
-
-LARGE_MATRIX = 2 ** 18  # entries (1 MiB in float32): larger matrices are read from memory
-
-
-def _laid_out(w):
-    """A linear weight W (out, in) in the memory order its products read fastest (measured).
-
-    Mostly column-major (Fortran order): W.T in `x @ W.T` is then a C-contiguous (in, out)
-    matrix, which OpenBLAS multiplies by a few rows of x (a verify pass, a batch) about 1.3x
-    faster, and by one row along runs of `out` values. A large matrix with more inputs than
-    outputs (a down projection) stays row-major instead: one-row products then read it as dot
-    products along its long rows, which from memory is faster (GPT-2 small, 768 x 3072: a
-    decode step 15% faster with two threads, 6% for the Sprout size with one).
-    """
-    out_features, in_features = w.shape
-    if in_features > out_features and w.size >= LARGE_MATRIX:
-        return np.ascontiguousarray(w)
-    return np.asfortranarray(w)
-
-
-def _is_dense(name, w) -> bool:
-    """A float linear weight (not an embedding table, not a quantized weight)."""
-    return isinstance(w, np.ndarray) and w.ndim == 2 and not name.endswith("emb.weight")
 
 
 def _positions_and_mask(B, T, start, pad):
@@ -263,14 +235,13 @@ def _positions_and_mask(B, T, start, pad):
     return positions, visible[:, None, None]
 
 
-def random_model(config: ModelConfig, seed: int = 0, dtype="float32", std: float = 0.02) -> Model:
+def random_model(config: ModelConfig, seed: int = 0, dtype="float32", std: float = 0.02,
+                 fast: bool | None = None) -> Model:
     """A model with seeded random weights: N(0, std^2) matrices, norm gains near 1, small biases.
 
     Residual output projections are scaled by 1/sqrt(2 n_layers) as in GPT-2. Norm gains and
     biases are randomised too (not 1 and 0) so that tests exercise every parameter.
     """
-    from .weights import parameter_shapes  # the canonical names live with the format
-
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in parameter_shapes(config).items():
@@ -285,4 +256,4 @@ def random_model(config: ModelConfig, seed: int = 0, dtype="float32", std: float
         else:
             w = std * rng.standard_normal(shape)
         params[name] = w.astype(dtype)
-    return Model(config, params)
+    return Model(config, params, fast=fast)

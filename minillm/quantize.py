@@ -10,21 +10,15 @@ and the scale does not depend on j, so it comes out of the sum of a matmul:
 
     y_r = sum_j W_rj x_j  ~  s_r sum_j Q_rj x_j
 
-NumPy has no int8 x float matmul (`int8 @ int8` even overflows silently), so the integers are
-widened to the activations' dtype a block of rows at a time, into a small buffer that stays in
-cache, and each block goes to BLAS. bench/int8_matmul.py measures this against the other options.
+The reference product below widens Q to the activations' dtype and applies the scale after the
+sum, as the formula says; minillm.fast makes the same product by blocks of rows.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-
-# Rows widened per block: about this many bytes of float buffer, the size of one core's L2
-# cache here. bench/int8_matmul.py measured 32 KiB to 1 MiB blocks and the whole matrix: small
-# blocks pay Python and BLAS call overhead per block, 1 MiB was as fast as widening the whole
-# matrix (within noise) without a temporary as large as the float matrix.
-BLOCK_BYTES = 1024 * 1024
 
 
 def quantize_rows(w, bits: int = 8, group_size: int | None = None):
@@ -64,8 +58,6 @@ class QuantizedWeight:
 
     scale: (out,) one per row, or (out, G) one per group of in / G consecutive values.
     `matmul(x)` returns x @ W.T in x's dtype; layers.linear() calls it for any quantized weight.
-    It keeps no buffer between calls (each call allocates its own small block buffer), so one
-    weight can be used from several threads at once and costs only its int8 bytes and scales.
     """
 
     q: np.ndarray
@@ -107,39 +99,21 @@ class QuantizedWeight:
                 name + "_bits": np.array(self.bits, dtype=np.int64)}
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
-        """y = x @ W.T for x (..., in) -> (..., out), in x's dtype, by blocks of rows."""
-        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        """y = x @ W.T for x (..., in) -> (..., out), in x's dtype (float32 at least).
+
+        Per row:   y_r = s_r sum_j Q_rj x_j              the scale comes out of the sum
+        Per group: y_r = sum_g s_rg sum_{j in g} Q_rj x_j  each group's scale, its own sum
+        (`int8 @ int8` would overflow silently: Q is widened to float first, exactly.)
+        """
         dtype = np.result_type(x.dtype, np.float32)
-        y_t = np.empty((self.q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
-        block = max(1, BLOCK_BYTES // (dtype.itemsize * self.q.shape[1]))
-        buffer = np.empty((min(block, self.q.shape[0]), self.q.shape[1]), dtype)
-        blocked_matmul(rows, self.q, self.scale, y_t, buffer)
-        return y_t.T.reshape(*x.shape[:-1], self.q.shape[0])
-
-
-def blocked_matmul(x, q, scale, y_t, buffer) -> None:
-    """y_t = (s Q) @ x.T written into y_t (out, N), widening Q a block of rows at a time.
-
-    Per row:   y_t[r] = s_r (Q_r @ x.T)     the scale applied once per output, after the sum.
-    Per group: the scale of group g multiplies only its own partial sum, so it cannot come out
-    of the whole row; here it is applied to the widened block (one multiply per weight, cheaper
-    in NumPy than G separate small matmuls).
-    The block is the left operand (block @ x.T, not x @ block.T): for a few rows of x, OpenBLAS
-    is several times faster that way round (bench/int8_matmul.py, docs in bench/RESULTS.md).
-    buffer: (R, in) scratch in y's dtype, R rows per block; it must belong to this call.
-    """
-    out_features, in_features = q.shape
-    per_row = scale.ndim == 1
-    for r0 in range(0, out_features, buffer.shape[0]):
-        r1 = min(r0 + buffer.shape[0], out_features)
-        block = buffer[:r1 - r0]
-        np.copyto(block, q[r0:r1])  # int8 -> float, exact (|Q| <= 127)
-        if not per_row:
-            grouped = block.reshape(r1 - r0, scale.shape[1], -1)  # (R, G, g), a view
-            grouped *= scale[r0:r1, :, None]
-        np.matmul(block, x.T, out=y_t[r0:r1])
-    if per_row:
-        y_t *= scale[:, None]
+        q = self.q.astype(dtype)  # (out, in), exact: |Q| <= 127
+        if self.scale.ndim == 1:
+            return (x.astype(dtype, copy=False) @ q.T) * self.scale.astype(dtype)
+        out_features, groups = self.scale.shape
+        xg = x.astype(dtype, copy=False).reshape(*x.shape[:-1], groups, -1)  # (..., G, g)
+        qg = q.reshape(out_features, groups, -1)  # (out, G, g)
+        partial = np.einsum("...gj,rgj->...rg", xg, qg)  # (..., out, G): one sum per group
+        return (partial * self.scale.astype(dtype)).sum(axis=-1)
 
 
 LINEAR_SUFFIXES = ("attn.qkv.weight", "attn.out.weight", "mlp.up.weight", "mlp.gate_up.weight",
@@ -159,8 +133,6 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
     Embeddings, norms and biases stay float; a tied output layer *is* the float embedding, so
     quantizing never unties it. Already quantized weights are kept as they are.
     """
-    from .model import Model
-
     if isinstance(skip, str):
         skip = (skip,)
     params = {}
@@ -169,5 +141,5 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
                 and not name.startswith(tuple(skip))):
             value = QuantizedWeight.from_float(value, bits, group_size)
         params[name] = value
-    return Model(model.config, params, model.tokenizer)
+    return dataclasses.replace(model, params=params)
 

@@ -28,8 +28,72 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """The sampling knobs, checked once. "Off" values (top_k 0, top_p 1, min_p 0,
+    repetition_penalty 1) are stored as None, so `None` is the one way a knob reads as off.
+
+    penalty_window: how many of the most recent tokens the repetition penalty looks at.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    penalty_window: int = 64
+
+    def __post_init__(self):
+        knob = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        knob("temperature", _number("temperature", self.temperature, lambda t: t >= 0,
+                                    "a number >= 0 (0 is greedy)"))
+        knob("top_k", _count("top_k", self.top_k, 0, "an integer >= 0 (0 or None disables)"))
+        if self.top_p is not None:
+            knob("top_p", _number("top_p", self.top_p, lambda p: 0 < p <= 1,
+                                  "in (0, 1] (1 or None disables)"))
+        if self.min_p is not None:
+            knob("min_p", _number("min_p", self.min_p, lambda p: 0 <= p <= 1,
+                                  "in [0, 1] (0 or None disables)"))
+        if self.repetition_penalty is not None:
+            knob("repetition_penalty", _number(
+                "repetition_penalty", self.repetition_penalty, lambda r: r > 0,
+                "a number > 0 (1 or None disables; > 1 discourages repeats)"))
+        knob("penalty_window", _count("penalty_window", self.penalty_window, 1,
+                                      "an integer >= 1"))
+        for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
+                          ("repetition_penalty", 1.0)):
+            if getattr(self, name) == off:
+                knob(name, None)
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the argmax, no randomness."""
+        return self.temperature == 0
+
+    @property
+    def penalises(self) -> bool:
+        """Whether the repetition penalty is on: only then is each row's history needed."""
+        return self.repetition_penalty is not None
+
+
+def _number(name, value, ok, allowed) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def _count(name, value, least, allowed) -> int | None:
+    if value is None and least == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
+    return int(value)
 
 
 def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None,
@@ -42,45 +106,41 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None,
     Greedy (temperature 0) is one-hot on the argmax, ties going to the lowest token id.
     At least one token always survives, and the result never holds NaN.
     """
-    check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+    knobs = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+    return probabilities(logits, knobs, history)
+
+
+def probabilities(logits, knobs: SamplingConfig, history=None) -> np.ndarray:
+    """filtered_probs with the knobs already checked: the rule itself, in the order above."""
     z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits are never changed
     single = z.ndim == 1
     z = _check_logits(z[None] if single else z)
     B, V = z.shape
 
-    if penalises(repetition_penalty):
+    if knobs.penalises:
         if history is None:
             raise ValueError("history: the repetition penalty needs each row's recent tokens")
-        z = apply_repetition_penalty(z, _seen(history, B, V, penalty_window), repetition_penalty)
-    if temperature == 0:
+        seen = _seen(history, B, V, knobs.penalty_window)
+        z = apply_repetition_penalty(z, seen, knobs.repetition_penalty)
+    if knobs.greedy:
         probs = np.zeros_like(z)
         probs[np.arange(B), z.argmax(axis=-1)] = 1.0  # argmax takes the lowest id among ties
         return probs[0] if single else probs
 
     # e = exp((z - max z) / T): the largest entry is exactly 1, so nothing can overflow.
     with np.errstate(over="ignore"):  # z - max may overflow to -inf for huge logits: p = 0
-        e = np.exp((z - z.max(axis=-1, keepdims=True)) / temperature)  # (B, V), unnormalised
-    top_k = top_k if top_k not in (None, 0) and top_k < V else None
-    top_p = top_p if top_p not in (None, 1, 1.0) else None
-    min_p = min_p if min_p not in (None, 0, 0.0) else None
-    if top_k or top_p or min_p:
-        keep = e > 0
-        if top_k:
-            # Ranked by logit, not by e: two logits a hair apart can round to the same e.
-            keep &= top_k_mask(z, top_k)
-        if top_p:
-            keep &= top_p_mask(np.where(keep, e, 0.0), top_p)
-        if min_p:
-            keep &= min_p_mask(np.where(keep, e, 0.0), min_p)
-        e = np.where(keep, e, 0.0)
+        e = np.exp((z - z.max(axis=-1, keepdims=True)) / knobs.temperature)  # (B, V)
+    keep = e > 0
+    if knobs.top_k is not None and knobs.top_k < V:
+        # Ranked by logit, not by e: two logits a hair apart can round to the same e.
+        keep &= top_k_mask(z, knobs.top_k)
+    if knobs.top_p is not None:
+        keep &= top_p_mask(np.where(keep, e, 0.0), knobs.top_p)
+    if knobs.min_p is not None:
+        keep &= min_p_mask(np.where(keep, e, 0.0), knobs.min_p)
+    e = np.where(keep, e, 0.0)
     probs = e / e.sum(axis=-1, keepdims=True)  # the row's max survives every filter: sum >= 1
     return probs[0] if single else probs
-
-
-def penalises(repetition_penalty) -> bool:
-    """Whether the repetition penalty is on (None and 1 turn it off): only then is the history
-    of each row needed."""
-    return repetition_penalty not in (None, 1, 1.0)
 
 
 def sample_next_token(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None,
@@ -92,19 +152,22 @@ def sample_next_token(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=
     numpy.random.Generator): the token is the first i whose running total exceeds u * total,
     so a token of probability 0 is never drawn. Greedy (temperature 0) uses no randomness.
     """
-    if temperature == 0 and not penalises(repetition_penalty):
-        # Greedy is the argmax of the logits, where filtered_probs puts its one-hot. Finite
-        # logits (the usual case) need none of its checks and copies: 8 µs instead of 330 µs
-        # on a 50,257-token row.
-        check_knobs(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+    knobs = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, penalty_window)
+    return sample(logits, knobs, history, rng)
+
+
+def sample(logits, knobs: SamplingConfig, history=None, rng=None) -> np.ndarray:
+    """sample_next_token with the knobs already checked."""
+    if knobs.greedy and not knobs.penalises:
+        # Greedy is the argmax of the logits, where `probabilities` puts its one-hot; finite
+        # logits (the usual case) need none of its checks and copies.
         z = np.asarray(logits)
         if z.ndim in (1, 2) and z.shape[-1] > 0 and np.isfinite(z).all():
             return z.argmax(axis=-1)
-    probs = filtered_probs(logits, temperature, top_k, top_p, min_p, repetition_penalty,
-                           history, penalty_window)
+    probs = probabilities(logits, knobs, history)
     single = probs.ndim == 1
     probs = probs[None] if single else probs
-    if temperature == 0:
+    if knobs.greedy:
         tokens = probs.argmax(axis=-1)
     else:
         if not isinstance(rng, np.random.Generator):
@@ -224,25 +287,3 @@ def _check_logits(z):
         rows = top.any(axis=-1, keepdims=True)
         z = np.where(rows, np.where(top, 0.0, -np.inf), z)
     return z
-
-
-def check_knobs(temperature, top_k, top_p, min_p, penalty=None, window=64):
-    """Raise ValueError naming the first knob outside its allowed range."""
-    def number(name, value, ok, allowed):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                or not math.isfinite(value) or not ok(value):
-            raise ValueError(f"{name}: must be {allowed}, got {value!r}")
-
-    number("temperature", temperature, lambda t: t >= 0, "a number >= 0 (0 is greedy)")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral)
-                              or top_k < 0):
-        raise ValueError(f"top_k: must be an integer >= 0 (0 or None disables), got {top_k!r}")
-    if top_p is not None:
-        number("top_p", top_p, lambda p: 0 < p <= 1, "in (0, 1] (1 or None disables)")
-    if min_p is not None:
-        number("min_p", min_p, lambda p: 0 <= p <= 1, "in [0, 1] (0 or None disables)")
-    if penalty is not None:
-        number("repetition_penalty", penalty, lambda r: r > 0,
-               "a number > 0 (1 or None disables; > 1 discourages repeats)")
-    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
-        raise ValueError(f"penalty_window: must be an integer >= 1, got {window!r}")

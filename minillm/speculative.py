@@ -17,13 +17,15 @@ distribution the target samples from, as long as q is the distribution the guess
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .sampling import check_knobs, draw, filtered_probs, penalises, sample_next_token
+from .generate import check_prompts, generation_config, is_batch, kept_on_slide
+from .sampling import SamplingConfig, draw, probabilities, sample
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -107,68 +109,78 @@ def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, tempe
                        stop_tokens=(), rng=None, ngram=3, stats=None):
     """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
     updated as it goes. Arguments are checked here, before the first token."""
-    check_knobs(temperature, top_k, top_p, min_p, repetition_penalty)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k: must be an integer >= 1, got {k!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
-    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                 repetition_penalty=repetition_penalty)
     vocab = target.config.vocab_size
-    drafter = make_drafter(draft, vocab, knobs, ngram)
-    text = [int(t) for t in prompt_ids]
-    if not text or min(text) < 0 or max(text) >= vocab:
-        raise ValueError(f"prompt_ids: need at least one id, all in [0, {vocab})")
-    rng = np.random.default_rng(seed) if rng is None else rng
+    config = generation_config(vocab, max_new_tokens, temperature, top_k, top_p, min_p,
+                               repetition_penalty, seed, stop_tokens)
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+    if is_batch(prompt_ids):
+        raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
+    check_prompts(prompt_ids, vocab)
+    drafter = make_drafter(draft, vocab, config.sampling, ngram)
+    rng = np.random.default_rng(config.seed) if rng is None else rng
     stats = SpeculativeStats() if stats is None else stats
-    return _rounds(target, drafter, text, max_new_tokens, k, knobs, {int(t) for t in stop_tokens},
-                   rng, stats)
+    text = [int(t) for t in prompt_ids]
+    return _rounds(target, drafter, text, config, int(k), rng, stats)
 
 
-def _rounds(target, drafter, text, max_new_tokens, k, knobs, stops, rng, stats):
-    """Draft, verify, accept: one round per target forward pass, until a stop or the limit."""
+def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingConfig, rng):
+    """One round: draft k guesses, verify them in one target pass, accept or resample, roll
+    the target's cache back. Returns the new tokens (the kept guesses, then one more) and the
+    number of guesses proposed.
+
+    The target sees the view text[start:] (the window). Cache invariant: on entry the cache
+    holds the keys and values of a prefix of the view (all of it but what is new since the
+    last round); on exit, exactly the view plus the kept guesses, the last new token being
+    still unread. The drafter rolls its own cache back the same way at its next proposal.
+    """
+    view = len(text) - start
+    guesses, q = drafter.propose(text, k, rng)  # 1. draft: k guesses and their q
+    fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
+    logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]  # 2. verify
+    # The repetition penalty sees what plain generation sees: the view, then the guesses.
+    history = None
+    if knobs.penalises:
+        seen = text[start:]
+        history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
+    if knobs.greedy:  # 3. accept/resample, and the bonus token when every guess is kept
+        kept, token = accept_greedy(sample(logits, knobs, history), guesses)
+    else:
+        p = probabilities(logits, knobs, history)  # (k + 1, V)
+        kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
+    cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
+    return guesses[:kept] + [token], len(guesses)
+
+
+def _rounds(target, drafter, text, config, k, rng, stats):
+    """Rounds until a stop token or max_new_tokens; the bookkeeping of the window and stats."""
     started = time.perf_counter()
     W = target.config.context_length
     cache = target.new_cache()
     start = max(0, len(text) - W)  # the view is text[start:], as in generate
-    while stats.new_tokens < max_new_tokens:
-        view = len(text) - start
+    while stats.new_tokens < config.max_new_tokens:
         # Each position is predicted from the same view that plain generation would use:
         # the view may grow to W tokens, so at most W - view guesses fit in this block.
-        room = min(k, W - view, max_new_tokens - stats.new_tokens - 1)
-        guesses, q = drafter.propose(text, room, rng)
-        fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
-        logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]
+        room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
+        new, proposed = speculative_round(target, cache, drafter, text, start, room,
+                                          config.sampling, rng)
         stats.target_calls += 1
-        # The repetition penalty sees what plain generation sees: the view, then the guesses.
-        history = None
-        if penalises(knobs["repetition_penalty"]):
-            seen = text[start:]
-            history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
-        if knobs["temperature"] == 0:
-            top = sample_next_token(logits, **knobs, history=history)  # (k + 1,) argmaxes
-            kept, token = accept_greedy(top, guesses)
-        else:
-            p = filtered_probs(logits, **knobs, history=history)
-            kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
-        stats.proposed += len(guesses)
-        stats.accepted += kept
+        stats.proposed += proposed
+        stats.accepted += len(new) - 1
         stats.draft_calls = drafter.calls
-        cache.truncate(view + kept)  # keep the accepted guesses, forget the rest
-        for t in guesses[:kept] + [token]:
+        for t in new:
             text.append(t)
             stats.new_tokens += 1
             stats.seconds = time.perf_counter() - started
             yield t
-            if t in stops or stats.new_tokens == max_new_tokens:
+            if t in config.stop_tokens or stats.new_tokens == config.max_new_tokens:
                 return
         if len(text) - start > W:  # the view overflowed with the last token: slide
-            start = len(text) - max(1, W // 2)
+            start = len(text) - kept_on_slide(W)
             cache.reset()
 
 
-def make_drafter(draft, vocab, knobs, ngram):
+def make_drafter(draft, vocab, knobs: SamplingConfig, ngram):
     """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object."""
     if isinstance(draft, str):
         if draft != "ngram":

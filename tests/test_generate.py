@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
+from minillm.sampling import sample
 from minillm.generate import generate, stream
 from tests.helpers import tiny_configs
 
@@ -37,11 +38,11 @@ def record_logits(monkeypatch):
     """Make generation record the logits of every step it samples from."""
     seen = []
 
-    def recording(logits, **kw):
+    def recording(logits, *args):
         seen.append(np.array(logits))
-        return minillm.sample_next_token(logits, **kw)
+        return sample(logits, *args)
 
-    monkeypatch.setattr(sys.modules["minillm.generate"], "sample_next_token", recording)
+    monkeypatch.setattr(sys.modules["minillm.generate"], "sample", recording)
     return seen
 
 

@@ -5,7 +5,6 @@ activations the blocked float32 sums differ from it by float32 rounding, bounded
 1e-5 * sum_j |s_r Q_rj x_j| + 1e-30 (a few ulps per term, far above float32's 6e-8 per add, far below any
 bug, which shows up at the scale of the terms themselves). In float64: 1e-12 relative.
 """
-import importlib
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import minillm
+from minillm import fast
 from minillm.quantize import QuantizedWeight, quantize_rows
 from tests.helpers import tiny_configs
 
@@ -99,18 +99,16 @@ SHAPES = [(1, 1), (5, 3), (64, 48), (700, 96), (384, 1024)]  # (out, in)
 @pytest.mark.parametrize("lead", [(1, 1), (1, 7), (3, 1), (2, 5)])  # decode, prefill, batches
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("group_size", [None, 1])
-@pytest.mark.parametrize("block_bytes", [None, 3000])  # the default, and many ragged blocks
+@pytest.mark.parametrize("product", ["reference", "fast", "fast, small blocks"])
 def test_int8_matmul_equals_scaled_integer_dot_products(out_features, in_features, lead, dtype,
-                                                       group_size, block_bytes, monkeypatch):
-    if block_bytes is not None:
-        # the module, not the function minillm.quantize that shadows it as an attribute
-        monkeypatch.setattr(importlib.import_module("minillm.quantize"), "BLOCK_BYTES",
-                            block_bytes)
+                                                       group_size, product, monkeypatch):
+    if product == "fast, small blocks":  # many ragged blocks
+        monkeypatch.setattr(fast, "BLOCK_BYTES", 3000)
     rng = np.random.default_rng(out_features * 31 + in_features)
     w = rng.standard_normal((out_features, in_features))
     weight = QuantizedWeight.from_float(w, group_size=group_size)
     x = rng.standard_normal(lead + (in_features,)).astype(dtype)
-    y = weight.matmul(x)
+    y = (weight if product == "reference" else fast.Int8(weight)).matmul(x)
     assert y.dtype == dtype and y.shape == lead + (out_features,)
     s = weight.scale.astype(np.float64).reshape(out_features, -1, 1)
     terms = (weight.q.reshape(out_features, s.shape[1], -1) * s).reshape(out_features, -1)
@@ -145,7 +143,8 @@ def test_quantize_replaces_linear_weights_only_and_keeps_the_tie(cfg):
         assert isinstance(value, QuantizedWeight) == linear, name
         if not linear:
             assert value is model.params[name]
-    assert model8.output_weight is model.output_weight  # lm_head skipped / tied embedding
+    head = "tok_emb.weight" if cfg.tie_embeddings else "lm_head.weight"
+    assert model8.params[head] is model.params[head]  # lm_head skipped / tied embedding
     if not cfg.tie_embeddings:
         head = minillm.quantize(model, skip=()).params["lm_head.weight"]
         assert isinstance(head, QuantizedWeight)

@@ -12,6 +12,7 @@ from hypothesis.extra.numpy import arrays
 import minillm
 from minillm import speculative
 from minillm.drafters import ModelDrafter, lookup
+from minillm.sampling import SamplingConfig
 from minillm.generate import generate
 from minillm.sampling import draw, filtered_probs
 from minillm.speculative import accept, accept_greedy, residual, speculative_generate
@@ -149,7 +150,7 @@ class UnfilteredQDrafter(ModelDrafter):
         raw = np.zeros_like(q)
         for i in range(len(guesses)):
             logits = self.model.forward(np.array([text + guesses[:i]]))[0, -1]
-            raw[i] = filtered_probs(logits, temperature=self.knobs["temperature"])
+            raw[i] = filtered_probs(logits, temperature=self.knobs.temperature)
         return guesses, raw
 
 
@@ -158,7 +159,7 @@ class UnfilteredQDrafter(ModelDrafter):
 def test_negative_control_unfiltered_q_is_detected(drafter, detected):
     """The same test with the correct drafter passes, and with the unfiltered q fails."""
     knobs = dict(temperature=1.0, top_k=2)
-    stat, critical = empirical_chi_square(drafter(FLAT_DRAFT, knobs), knobs)
+    stat, critical = empirical_chi_square(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
     assert (stat > critical) == detected
 
 
@@ -229,8 +230,9 @@ class CheckedModel:
         if n:
             fresh = self.model.new_cache()
             self.model.forward(np.array([self.fed]), fresh)
-            np.testing.assert_allclose(cache.k[..., :n], fresh.k[..., :n], atol=1e-12)
-            np.testing.assert_allclose(cache.v[:, :, :, :n], fresh.v[:, :, :, :n], atol=1e-12)
+            for layer in range(self.config.n_layers):
+                for kept, expected in zip(cache.keys_values(layer), fresh.keys_values(layer)):
+                    np.testing.assert_allclose(kept, expected, atol=1e-12)
             self.checks += 1
         self.fed += list(tokens[0])
         return self.model.forward(tokens, cache, **kwargs)
@@ -239,7 +241,7 @@ class CheckedModel:
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_rollback_leaves_caches_as_a_fresh_prefill_would(temperature):
     target, draft = CheckedModel(TARGET), CheckedModel(DRAFT)
-    _, stats = speculative_generate(target, ModelDrafter(draft, dict(temperature=temperature)),
+    _, stats = speculative_generate(target, ModelDrafter(draft, SamplingConfig(temperature)),
                                     PROMPT, max_new_tokens=40, k=3, temperature=temperature)
     assert 0 < stats.accepted < stats.proposed  # some guesses were rejected and rolled back
     assert target.checks > 5 and draft.checks > 5

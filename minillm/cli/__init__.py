@@ -11,6 +11,7 @@ import contextlib
 import sys
 
 from . import convert, evaluate, export, generate, inspect, next_token, quantize
+from .usage import UsageError
 
 COMMANDS = {
     "inspect": inspect,
@@ -21,10 +22,6 @@ COMMANDS = {
     "quantize": quantize,
     "eval": evaluate,
 }
-
-
-class UsageError(Exception):
-    """A problem with the user's input, reported as one line and exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

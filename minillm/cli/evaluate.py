@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from .usage import UsageError
+
 DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "weights" / "web_valid.txt"
 
 
@@ -30,7 +32,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from . import UsageError
     from ..evaluate import bits_per_byte, evaluate
     from .generate import load_model
 

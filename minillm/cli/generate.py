@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from .usage import UsageError
+
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
 
 
@@ -77,7 +79,6 @@ def sampling_knobs(args) -> dict:
 def load_model(path, flag="--model_path", int8=False):
     """The model at `path`, or the shipped default; a missing file is a one-line error.
     int8: quantize its linear weights on load (an already int8 file stays as it is)."""
-    from . import UsageError
     from ..weights import load
 
     if path is None:
@@ -97,8 +98,6 @@ def load_model(path, flag="--model_path", int8=False):
 
 def prompt_ids(args, model) -> list[int]:
     """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids."""
-    from . import UsageError
-
     given = [name for name, value in (("TEXT", args.text), ("--prompt", args.prompt),
                                       ("--prompt_ids", args.prompt_ids)) if value is not None]
     if len(given) != 1:
@@ -121,8 +120,6 @@ def prompt_ids(args, model) -> list[int]:
 
 
 def parse_ids(text: str, flag: str) -> list[int]:
-    from . import UsageError
-
     items = [item for item in text.replace(",", " ").split()]
     try:
         return [int(item) for item in items]
@@ -132,7 +129,6 @@ def parse_ids(text: str, flag: str) -> list[int]:
 
 def stop_tokens(text, model) -> list[int]:
     """--stop: ids or token texts; by default the tokenizer's end-of-text token."""
-    from . import UsageError
 
     tokenizer = model.tokenizer
     if text is None:
@@ -155,7 +151,6 @@ def stop_tokens(text, model) -> list[int]:
 
 def token_stream(model, prompt, args, stats=None):
     """The iterator of new tokens for these arguments: plain or speculative decoding."""
-    from . import UsageError
     from ..generate import stream
     from ..speculative import speculative_stream
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .generate import add_knob_arguments, add_prompt_arguments, load_model, prompt_ids
+from .usage import UsageError
 
 BAR = 32  # characters for probability 1
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -47,7 +48,6 @@ def token_label(model, token: int) -> str:
 
 
 def run(args) -> int:
-    from . import UsageError
     from ..sampling import filtered_probs
 
     if args.top < 1:

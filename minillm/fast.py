@@ -1,0 +1,179 @@
+"""The fast path: how the same products are made quicker on a real machine.
+
+The algorithm files hold the reference: `layers.linear` is `x @ W.T + b` and an int8 weight's
+product is `s_r (Q_r . x)`. This module changes *how* those products run, never *what* they
+compute: memory layouts chosen per matrix, big products cut into blocks that BLAS handles
+better, a second copy of a tied output layer in the other layout, int8 widened a block at a
+time into a reused buffer. `Model(..., fast=True)` (the default) calls `prepare` once and
+multiplies by the weights it returns; `Model(..., fast=False)`, or MINILLM_FAST=0 in the
+environment, runs the reference. tests/test_fast.py proves the two equal; docs/PERFORMANCE.md
+holds the measurements behind every device (`python -m bench.studies.few_rows`, ...).
+
+Each prepared weight is an object with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
+already speaks for quantized weights, so the model code is the same on both paths.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .quantize import QuantizedWeight
+
+# OpenBLAS multiplies products of up to this many multiply-adds (M x N x K) where the operands
+# lie; larger ones are first packed into blocks, which for a few rows of x costs more than the
+# product itself (docs/PERFORMANCE.md, "Few-row products").
+SMALL_PRODUCT = 10 ** 6
+# At most this many rows of x count as "a few" (a verify pass, a batch decoding one token each);
+# more rows (a prefill) pay for the packing and go to BLAS in one call.
+FEW_ROWS = 16
+# A matrix of at least this many entries (1 MiB in float32) is read from memory, not cache:
+# a large down projection is then kept row-major (docs/PERFORMANCE.md, "Layouts").
+LARGE_MATRIX = 2 ** 18
+# int8 rows are widened to float about this many bytes at a time, near one core's L2 cache
+# (docs/PERFORMANCE.md, "int8").
+BLOCK_BYTES = 1024 * 1024
+
+
+def enabled() -> bool:
+    """The default of `Model(fast=...)`: on, unless MINILLM_FAST=0 is set."""
+    return os.environ.get("MINILLM_FAST", "1") != "0"
+
+
+def prepare(params: dict, tie_embeddings: bool) -> dict:
+    """The weights a forward pass multiplies by, by canonical name: float linear weights as
+    `Dense`, quantized ones as `Int8`, everything else (embeddings, norms, biases) as it is.
+
+    A tied output layer gets its own entry, "lm_head.weight": a `Dense` that reads the token
+    embedding row-major and keeps a column-major copy for one-row products.
+    """
+    weights = {}
+    for name, w in params.items():
+        if isinstance(w, QuantizedWeight):
+            weights[name] = Int8(w)
+        elif isinstance(w, np.ndarray) and w.ndim == 2 and not name.endswith("emb.weight"):
+            weights[name] = Dense(laid_out(w))
+        else:
+            weights[name] = w
+    if tie_embeddings:
+        embedding = params["tok_emb.weight"]
+        weights["lm_head.weight"] = Dense(embedding, columns=np.asfortranarray(embedding))
+    return weights
+
+
+def laid_out(w: np.ndarray) -> np.ndarray:
+    """W (out, in) in the memory order its products read fastest, same values and shape.
+
+    Mostly column-major: W.T in `x @ W.T` is then a row-major (in, out) matrix, which OpenBLAS
+    multiplies by a few rows of x faster. A large matrix with more inputs than outputs (a down
+    projection) stays row-major: one-row products then read it along its long rows.
+    """
+    out_features, in_features = w.shape
+    if in_features > out_features and w.size >= LARGE_MATRIX:
+        return np.ascontiguousarray(w)
+    return np.asfortranarray(w)
+
+
+class Dense:
+    """A float weight W (out, in), possibly with a column-major copy for one-row products."""
+
+    def __init__(self, w: np.ndarray, columns: np.ndarray | None = None):
+        self.w, self.columns = w, columns
+        self.shape, self.dtype = w.shape, w.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held beyond the parameter itself: the column-major copy, if any."""
+        return 0 if self.columns is None else self.columns.nbytes
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x @ W.T for x (..., in) -> (..., out)."""
+        if x.size == x.shape[-1]:  # one row: a matrix-vector product
+            w = self.w if self.columns is None else self.columns
+            return x @ w.T
+        # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B products.
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        if not self.w.flags.f_contiguous:
+            y = row_major_product(rows, self.w)
+        elif len(rows) <= FEW_ROWS and rows.size * self.w.shape[0] > SMALL_PRODUCT:
+            y = column_major_blocks(rows, self.w)
+        else:
+            y = rows @ self.w.T  # W.T is row-major
+        return y.reshape(x.shape[:-1] + (self.w.shape[0],))
+
+
+def column_major_blocks(x, w):
+    """x @ W.T for a few rows x (N, in) and a large column-major W (out, in), a block of W's
+    rows at a time, each block's product under SMALL_PRODUCT."""
+    n, d = x.shape
+    y = np.empty((n, w.shape[0]), dtype=np.result_type(x, w))  # (N, out)
+    for start, stop in blocks(w.shape[0], n * d):
+        np.matmul(x, w[start:stop].T, out=y[:, start:stop])
+    return y
+
+
+def row_major_product(x, w):
+    """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T
+    (OpenBLAS is faster that way round here), by blocks of W's rows when x has few rows."""
+    n, d = x.shape
+    xt = np.ascontiguousarray(x.T)  # (in, N)
+    if n > FEW_ROWS:
+        return (w @ xt).T
+    out = np.empty((w.shape[0], n), dtype=np.result_type(x, w))  # (out, N)
+    for start, stop in blocks(w.shape[0], n * d):
+        np.matmul(w[start:stop], xt, out=out[start:stop])
+    return out.T
+
+
+def blocks(out_features: int, per_row: int):
+    """(start, stop) of blocks of W's rows whose product costs at most SMALL_PRODUCT
+    multiply-adds, `per_row` each (at least 16 rows a block)."""
+    rows = max(16, SMALL_PRODUCT // per_row)
+    return [(start, min(start + rows, out_features)) for start in range(0, out_features, rows)]
+
+
+class Int8:
+    """A QuantizedWeight whose product widens Q to float a block of rows at a time.
+
+    NumPy has no int8 x float product, and widening the whole matrix per call allocates a
+    temporary as large as the float matrix; a block of about BLOCK_BYTES stays in cache.
+    """
+
+    def __init__(self, weight: QuantizedWeight):
+        self.weight = weight
+        self.shape, self.dtype = weight.shape, weight.dtype
+        self.nbytes = 0  # nothing beyond the parameter itself
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x @ W.T for x (..., in) -> (..., out), in x's dtype."""
+        q, scale = self.weight.q, self.weight.scale
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        dtype = np.result_type(x.dtype, np.float32)
+        y_t = np.empty((q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
+        block = max(1, BLOCK_BYTES // (dtype.itemsize * q.shape[1]))
+        buffer = np.empty((min(block, q.shape[0]), q.shape[1]), dtype)
+        blocked_matmul(rows, q, scale, y_t, buffer)
+        return y_t.T.reshape(*x.shape[:-1], q.shape[0])
+
+
+def blocked_matmul(x, q, scale, y_t, buffer) -> None:
+    """y_t = (s Q) @ x.T written into y_t (out, N), widening Q a block of rows at a time.
+
+    Per row: y_t[r] = s_r (Q_r @ x.T), the scale applied once per output, after the sum.
+    Per group: the scale of group g multiplies only its own partial sum, so it cannot come out
+    of the whole row; here it is applied to the widened block (one multiply per weight).
+    The block is the left operand (block @ x.T): for a few rows of x, OpenBLAS is several times
+    faster that way round. buffer: (R, in) scratch in y's dtype, R rows per block.
+    """
+    out_features = q.shape[0]
+    per_row = scale.ndim == 1
+    for r0 in range(0, out_features, buffer.shape[0]):
+        r1 = min(r0 + buffer.shape[0], out_features)
+        block = buffer[:r1 - r0]
+        np.copyto(block, q[r0:r1])  # int8 -> float, exact (|Q| <= 127)
+        if not per_row:
+            grouped = block.reshape(r1 - r0, scale.shape[1], -1)  # (R, G, g), a view
+            grouped *= scale[r0:r1, :, None]
+        np.matmul(block, x.T, out=y_t[r0:r1])
+    if per_row:
+        y_t *= scale[:, None]
