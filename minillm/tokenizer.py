@@ -21,6 +21,7 @@ Encoding a text takes four steps:
    the first non-ASCII text; ASCII text uses the short ASCII classes.
 3. **Bytes.** A word's UTF-8 bytes are written with 256 printable characters, one per byte
    (GPT-2's ``bytes_to_unicode``), so every string can be encoded and no ``<unk>`` exists.
+   (A byte missing from the vocabulary is left out, as in the Rust library.)
 4. **Merges.** Starting from single byte-characters, the adjacent pair with the lowest merge
    rank is joined, again and again, until no pair is in the merge list. The symbols left
    are looked up in the vocabulary. Results are cached per word.
@@ -506,7 +507,8 @@ class Tokenizer:
         pre_tokenizer = _pre_tokenizer_to_json(self.pre_tokenizer, self.add_prefix_space)
         decoder = {"type": "ByteLevel", "add_prefix_space": self.add_prefix_space,
                    "trim_offsets": True, "use_regex": True}
-        vocab = {t: i for t, i in self.vocab.items() if t not in self.added_tokens}
+        # Added tokens are in the model's vocabulary too (self.vocab holds them): the Rust
+        # library keeps their ids only then.
         return json.dumps({
             "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": None, "pre_tokenizer": pre_tokenizer, "post_processor": None,
@@ -514,7 +516,7 @@ class Tokenizer:
             "model": {"type": "BPE", "dropout": None, "unk_token": None,
                       "continuing_subword_prefix": None, "end_of_word_suffix": None,
                       "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": self.ignore_merges, "vocab": vocab, "merges": merges},
+                      "ignore_merges": self.ignore_merges, "vocab": self.vocab, "merges": merges},
         }, ensure_ascii=False)
 
     def __len__(self):
@@ -565,6 +567,9 @@ class Tokenizer:
         symbols = [BYTE_TO_CHAR[b] for b in word.encode("utf-8")]
         if self.ignore_merges and "".join(symbols) in self.vocab:
             return [self.vocab["".join(symbols)]]
+        # A byte the vocabulary lacks is left out, as the Rust library does when the model has
+        # no unknown token (SmolLM2 lacks a few control bytes and bytes UTF-8 text rarely uses).
+        symbols = [s for s in symbols if s in self.vocab]
         ranks, never = self.ranks, len(self.ranks)
         while len(symbols) > 1:
             pair_ranks = list(map(ranks.get, zip(symbols, symbols[1:]), repeat(never)))

@@ -167,6 +167,22 @@ def test_a_tiny_hand_made_tokenizer():
     assert tok.eos_token_id is None
 
 
+def test_bytes_missing_from_the_vocabulary_are_left_out_before_merging():
+    # As the Rust library does without an unknown token (checked against it: same ids).
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256) if b != 4}
+    vocab["!!"] = 256
+    tok = Tokenizer(vocab, ["! !"], [{"id": 257, "content": "<s>", "special": True}])
+    assert tok.encode("!\x04!") == [256]
+    assert tok.encode("a\x04b") == [ord("a"), ord("b")]
+    assert tok.encode("\x04<s>!!") == [257, 256]
+
+
+def test_to_json_keeps_added_tokens_in_the_model_vocabulary():
+    tok = Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [],
+                    [{"id": 256, "content": "<s>", "special": True}])
+    assert json.loads(tok.to_json())["model"]["vocab"]["<s>"] == 256
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["model"].update(type="WordPiece"), "not BPE"),
     (lambda d: d.update(normalizer={"type": "NFC"}), "normalizers"),
