@@ -114,7 +114,9 @@ def test_varied_text_token_for_token(ours, smollm2):
 tricky = st.sampled_from(list(" \t\n\r\x0b\x0c\x85\xa0\u2000\u3000'sStTlLrRvVeEdDmM0123456789"
                               "\u00b2\u00bd\u2167\u0663\u4e00\u00e9\u0301\u0416!?.,\"-_#"
                               "\U0001f600<|>"))
-pieces = st.one_of(st.text(), st.text(alphabet=tricky, max_size=30),
+# Characters this Python's Unicode database knows: a newer one may be classed differently there.
+assigned = st.characters(exclude_categories=("Cn", "Cs"))
+pieces = st.one_of(st.text(alphabet=assigned), st.text(alphabet=tricky, max_size=30),
                    st.sampled_from(["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_"]))
 
 
