@@ -453,8 +453,10 @@ class Tokenizer:
 
         Reads ``tokenizer.ggml.*`` (model, pre, tokens, token_type, merges, the special token
         ids, add_bos_token) and ``tokenizer.chat_template``. The model must be "gpt2"
-        (byte-level BPE). Tokens of type control (special) and user-defined are matched whole
-        in the text, like the added tokens of tokenizer.json; all others are BPE vocabulary.
+        (byte-level BPE) and the pre-tokenizer a name of ``PRE_TOKENIZERS`` ("default" when
+        the file names none). Tokens of type control (special) and user-defined are matched
+        whole in the text, like the added tokens of tokenizer.json; all others are BPE
+        vocabulary. (``add_space_prefix`` is for SentencePiece; llama.cpp ignores it here.)
         """
         kind = metadata.get("tokenizer.ggml.model")
         if kind != "gpt2":
@@ -467,14 +469,15 @@ class Tokenizer:
             if key not in metadata:
                 raise ValueError(f"GGUF metadata: no {key!r}")
         tokens = [str(t) for t in metadata["tokenizer.ggml.tokens"]]
-        types = metadata.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+        types = metadata.get("tokenizer.ggml.token_type")
+        types = [NORMAL] * len(tokens) if types is None else [int(t) for t in types]
         if len(types) != len(tokens):
             raise ValueError(f"GGUF metadata: {len(types)} token types for {len(tokens)} tokens")
         vocab, added = {}, []
         for token_id, (token, token_type) in enumerate(zip(tokens, types)):
-            if int(token_type) in (CONTROL, USER_DEFINED):
+            if token_type in (CONTROL, USER_DEFINED):
                 added.append({"id": token_id, "content": token,
-                              "special": int(token_type) == CONTROL})
+                              "special": token_type == CONTROL})
             else:
                 vocab[_byte_spelled(token)] = token_id
 
