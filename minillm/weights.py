@@ -19,6 +19,7 @@ FORMAT_VERSION = 1
 VERSION_KEY = "minillm.format_version"
 CONFIG_KEY = "minillm.config"
 TOKENIZER_KEY = "minillm.tokenizer"
+TOKENIZER_CONFIG_KEY = "minillm.tokenizer_config"
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -34,6 +35,7 @@ def save(model: Model, path) -> None:
     }
     if model.tokenizer is not None:
         arrays[TOKENIZER_KEY] = np.array(model.tokenizer.to_json())
+        arrays[TOKENIZER_CONFIG_KEY] = np.array(model.tokenizer.config.to_json())
     for name, value in model.params.items():
         arrays.update(_tensor_entries(name, value))
     # Write beside the target and rename: a crash never leaves half a file under the real name.
@@ -92,10 +94,13 @@ def model_from_entries(entries: dict[str, np.ndarray]) -> Model:
     _check_version(entries.pop(VERSION_KEY, None))
     config = _read_config(entries.pop(CONFIG_KEY, None))
     tokenizer_json = entries.pop(TOKENIZER_KEY, None)
+    tokenizer_config = entries.pop(TOKENIZER_CONFIG_KEY, None)
     params = _read_tensors(entries, parameter_shapes(config))
     tokenizer = None
+    if tokenizer_config is not None and tokenizer_json is None:
+        raise WeightsError(f"{TOKENIZER_CONFIG_KEY!r} without {TOKENIZER_KEY!r}")
     if tokenizer_json is not None:
-        tokenizer = _read_tokenizer(tokenizer_json)
+        tokenizer = _read_tokenizer(tokenizer_json, tokenizer_config)
         if len(tokenizer) > config.vocab_size:
             raise WeightsError(f"tokenizer: {len(tokenizer)} tokens do not fit the model's "
                                f"vocab_size {config.vocab_size}")
@@ -128,11 +133,15 @@ def _read_config(value) -> ModelConfig:
         raise WeightsError(f"bad config: {e}") from None
 
 
-def _read_tokenizer(value):
-    from .tokenizer import Tokenizer
+def _read_tokenizer(value, config_value=None):
+    """The tokenizer from its tokenizer.json entry and, if present, its tokenizer config."""
+    from .tokenizer import Tokenizer, TokenizerConfig
 
+    config = None
     try:
-        return Tokenizer.from_json(_read_string(value, TOKENIZER_KEY))
+        if config_value is not None:
+            config = TokenizerConfig.from_json(_read_string(config_value, TOKENIZER_CONFIG_KEY))
+        return Tokenizer.from_json(_read_string(value, TOKENIZER_KEY), config)
     except (ValueError, KeyError, TypeError) as e:
         raise WeightsError(f"bad tokenizer: {e}") from None
 

@@ -7,8 +7,9 @@ import unicodedata
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.tokenizer import (ASCII_PATTERN, BYTE_TO_CHAR, StreamDecoder, Tokenizer,
-                               gpt2_split_pattern, load_tokenizer,
+from minillm.tokenizer import (ASCII_PATTERN, BYTE_TO_CHAR, LLAMA3_REGEX, PRE_TOKENIZERS,
+                               StreamDecoder, Tokenizer, TokenizerConfig, gpt2_split_pattern,
+                               load_tokenizer, pre_tokenize, split_pattern, to_python_regex,
                                unicode_letters_and_numbers)
 
 TOKENIZER_JSON = pathlib.Path(__file__).resolve().parents[1] / "weights" / "tokenizer.json"
@@ -166,6 +167,22 @@ def test_a_tiny_hand_made_tokenizer():
     assert tok.eos_token_id is None
 
 
+def test_bytes_missing_from_the_vocabulary_are_left_out_before_merging():
+    # As the Rust library does without an unknown token (checked against it: same ids).
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256) if b != 4}
+    vocab["!!"] = 256
+    tok = Tokenizer(vocab, ["! !"], [{"id": 257, "content": "<s>", "special": True}])
+    assert tok.encode("!\x04!") == [256]
+    assert tok.encode("a\x04b") == [ord("a"), ord("b")]
+    assert tok.encode("\x04<s>!!") == [257, 256]
+
+
+def test_to_json_keeps_added_tokens_in_the_model_vocabulary():
+    tok = Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [],
+                    [{"id": 256, "content": "<s>", "special": True}])
+    assert json.loads(tok.to_json())["model"]["vocab"]["<s>"] == 256
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["model"].update(type="WordPiece"), "not BPE"),
     (lambda d: d.update(normalizer={"type": "NFC"}), "normalizers"),
@@ -183,3 +200,256 @@ def test_unsupported_files_are_refused_clearly(change, message):
 def test_unknown_id_is_a_clear_error(tok):
     with pytest.raises(ValueError, match="not in the vocabulary"):
         tok.decode([5000])
+
+
+# ---------------------------------------------------------------------- named pre-tokenizers
+
+# Splits the Rust `tokenizers` library makes of the same strings (its Split with the same
+# regex; for "smollm", Digits(individual_digits=True) first).
+KNOWN_SPLITS = {
+    "gpt2": {
+        "x  42": ["x", " ", " 42"],
+        "a   1234567 b": ["a", "  ", " 1234567", " b"],
+        "I'VE DON'T we'Ll": ["I", "'", "VE", " DON", "'", "T", " we", "'", "Ll"],
+        "line1\n\n  line2\r\n": ["line", "1", "\n\n ", " line", "2", "\r\n"],
+    },
+    "smollm": {
+        "x  42": ["x", "  ", "4", "2"],
+        "a   1234567 b": ["a", "   ", "1", "2", "3", "4", "5", "6", "7", " b"],
+        "I'VE DON'T we'Ll": ["I", "'", "VE", " DON", "'", "T", " we", "'", "Ll"],
+        "\u00e9t\u00e9 \u2167 \u00bd \u4e8c\u5341 x\u00b2 \u0663\u0664": [
+            "\u00e9t\u00e9", " ", "\u2167", " ", "\u00bd", " \u4e8c\u5341", " x", "\u00b2", " ",
+            "\u0663", "\u0664"],
+        "$12,345.678": ["$", "1", "2", ",", "3", "4", "5", ".", "6", "7", "8"],
+    },
+    "llama-bpe": {
+        "x  42": ["x", " ", " ", "42"],
+        "a   1234567 b": ["a", "  ", " ", "123", "456", "7", " b"],
+        "I'VE DON'T we'Ll it'S": ["I", "'VE", " DON", "'T", " we", "'Ll", " it", "'S"],
+        "\u00e9t\u00e9 \u2167 \u00bd \u4e8c\u5341 x\u00b2 \u0663\u0664": [
+            "\u00e9t\u00e9", " ", "\u2167", " ", "\u00bd", " \u4e8c\u5341", " x", "\u00b2", " ",
+            "\u0663\u0664"],
+        "line1\n\n  line2\r\n": ["line", "1", "\n\n", " ", " line", "2", "\r\n"],
+        "  ok?!\n\n": [" ", " ok", "?!\n\n"],
+    },
+    "qwen2": {
+        "x  42": ["x", " ", " ", "4", "2"],
+        "a   1234567 b": ["a", "  ", " ", "1", "2", "3", "4", "5", "6", "7", " b"],
+        "I'VE DON'T we'Ll it'S": ["I", "'VE", " DON", "'T", " we", "'Ll", " it", "'S"],
+        "line1\n\n  line2\r\n": ["line", "1", "\n\n", " ", " line", "2", "\r\n"],
+    },
+}
+
+
+@pytest.mark.parametrize("name, text, words", [
+    (name, text, words) for name, table in KNOWN_SPLITS.items() for text, words in table.items()])
+def test_named_pre_tokenizers_known_splits(name, text, words):
+    assert pre_tokenize(text, name) == words
+
+
+def test_pre_tokenizer_aliases_share_their_regexes():
+    assert PRE_TOKENIZERS["default"] == PRE_TOKENIZERS["gpt2"]
+    assert PRE_TOKENIZERS["llama3"] == PRE_TOKENIZERS["llama-bpe"]
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(PRE_TOKENIZERS)), texts)
+def test_every_pre_tokenizer_covers_the_text(name, text):
+    words = pre_tokenize(text, name)
+    assert "".join(words) == text and all(words)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted({r for regexes in PRE_TOKENIZERS.values() for r in regexes})),
+       st.text(alphabet=st.characters(max_codepoint=127)))
+def test_ascii_patterns_equal_full_patterns_on_ascii(regex, text):
+    assert (split_pattern(regex, ascii_only=True).findall(text)
+            == split_pattern(regex).findall(text))
+
+
+@SETTINGS
+@given(st.text(alphabet="0123456789\u0663\u00bd \n\tab'"))
+def test_smollm_gives_every_digit_its_own_word(text):
+    for word in pre_tokenize(text, "smollm"):
+        assert len(word) == 1 or not any(ch.isnumeric() for ch in word)
+
+
+def test_unknown_pre_tokenizer_is_refused_by_name():
+    with pytest.raises(ValueError, match="'deepseek-llm'"):
+        pre_tokenize("text", "deepseek-llm")
+    with pytest.raises(ValueError, match="'deepseek-llm'"):
+        Tokenizer({"a": 0}, [], pre_tokenizer="deepseek-llm")
+
+
+def test_python_regex_translation():
+    assert to_python_regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\s+(?!\S)", "A-Z", "0-9", " ") == (
+        r"[^\r\nA-Z0-9]?[A-Z]+|[ ]+(?![^ ])")
+
+
+@pytest.mark.parametrize("name", sorted(PRE_TOKENIZERS))
+def test_tokenizer_json_forms_of_each_pre_tokenizer_round_trip(name):
+    tok = tiny_tokenizer(pre_tokenizer=name)
+    data = json.loads(tok.to_json())
+    again = Tokenizer.from_json(tok.to_json())
+    assert PRE_TOKENIZERS[again.pre_tokenizer] == PRE_TOKENIZERS[name]
+    text = "It'S 1234 \u00e9t\u00e9\n\n  x<s>y"
+    assert again.encode(text) == tok.encode(text)
+    kind = data["pre_tokenizer"]["type"]
+    assert kind == ("ByteLevel" if name in ("gpt2", "default") else "Sequence")
+
+
+def test_hugging_face_pre_tokenizer_forms_are_read():
+    data = json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True}, byte_level]}
+    assert Tokenizer.from_json(json.dumps(data)).pre_tokenizer == "smollm"
+    split = {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+             "invert": False}
+    data["pre_tokenizer"] = {"type": "Sequence",
+                             "pretokenizers": [split, dict(byte_level, use_regex=False)]}
+    assert PRE_TOKENIZERS[Tokenizer.from_json(json.dumps(data)).pre_tokenizer] == (LLAMA3_REGEX,)
+    for refused in ({"type": "Digits", "individual_digits": False},
+                    dict(split, pattern={"Regex": r"\p{L}+"}), dict(split, behavior="Removed")):
+        data["pre_tokenizer"]["pretokenizers"][0] = refused
+        with pytest.raises(ValueError, match="pre-tokenizer"):
+            Tokenizer.from_json(json.dumps(data))
+
+
+# ---------------------------------------------------------------------- GGUF metadata
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+          "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def tiny_tokenizer(pre_tokenizer="gpt2"):
+    """The 256 bytes, three merges ('ab', 'Ġab', '12') and one special token '<s>'."""
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    vocab.update({"ab": 256, "\u0120ab": 257, "12": 258})
+    return Tokenizer(vocab, ["a b", "\u0120 ab", "1 2"], [{"id": 259, "content": "<s>",
+                                                         "special": True}],
+                     pre_tokenizer=pre_tokenizer)
+
+
+def tiny_gguf_metadata(**changes):
+    """GGUF tokenizer metadata in the shape of SmolLM2's: control tokens first, then bytes,
+    then merged tokens; one user-defined token."""
+    tokens = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"]
+              + [BYTE_TO_CHAR[b] for b in range(256)] + ["ab", "\u0120ab", "12"])
+    metadata = {
+        "general.architecture": "llama",
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3, 3, 3, 4] + [1] * 259,
+        "tokenizer.ggml.merges": ["a b", "\u0120 ab", "1 2"],
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.padding_token_id": 2, "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": CHATML,
+    }
+    metadata.update({f"tokenizer.ggml.{k}": v for k, v in changes.items()})
+    return metadata
+
+
+def byte_id(char):
+    return 4 + ord(char)
+
+
+def test_from_gguf_reads_tokens_specials_and_config():
+    tok = Tokenizer.from_gguf(tiny_gguf_metadata())
+    assert len(tok) == 263 and tok.pre_tokenizer == "smollm"
+    assert tok.special_tokens == {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+    assert tok.added_tokens["<think>"] == 3
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id) == (1, 2, 2, 0)
+    assert tok.eos_token_ids == (2,)
+    assert tok.config == TokenizerConfig("<|im_start|>", "<|im_end|>", "<|im_end|>",
+                                         "<|endoftext|>", False, CHATML)
+    assert tok.add_bos_token is False and tok.chat_template == CHATML
+
+
+def test_from_gguf_matches_control_and_user_defined_tokens_whole():
+    tok = Tokenizer.from_gguf(tiny_gguf_metadata())
+    text = "<|im_start|>user ab<think>12<|im_end|><|im_end"
+    ids = tok.encode(text)
+    assert ids == ([1, byte_id("u"), byte_id("s"), byte_id("e"), byte_id("r"), 261, 3,
+                    byte_id("1"), byte_id("2"), 2] + [byte_id(c) for c in "<|im_end"])
+    assert tok.decode(ids) == text
+    assert tok.decode(ids, skip_special_tokens=True) == "user ab<think>12<|im_end"
+    # The GPT-2 split keeps "12" in one word, so its merge applies.
+    assert Tokenizer.from_gguf(tiny_gguf_metadata(pre="gpt2")).encode("12") == [262]
+
+
+def test_from_gguf_add_bos_token():
+    tok = Tokenizer.from_gguf(tiny_gguf_metadata(add_bos_token=True))
+    assert tok.encode("ab", add_special_tokens=True) == [1, 260]
+    assert tok.encode("ab") == [260]
+    assert Tokenizer.from_gguf(tiny_gguf_metadata()).encode("ab", add_special_tokens=True) == [260]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"pre": "deepseek-coder"}, "'deepseek-coder'"),
+    ({"model": "llama"}, "'llama'"),
+    ({"model": "t5"}, "'t5'"),
+    ({"eos_token_id": 999}, "eos_token_id 999"),
+    ({"token_type": [1, 1]}, "token types"),
+    ({"add_eos_token": True}, "add_eos_token"),
+])
+def test_from_gguf_refuses_what_it_cannot_read(changes, message):
+    with pytest.raises(ValueError, match=message):
+        Tokenizer.from_gguf(tiny_gguf_metadata(**changes))
+
+
+def test_from_gguf_tokenizer_round_trips_through_json():
+    tok = Tokenizer.from_gguf(tiny_gguf_metadata())
+    again = Tokenizer.from_json(tok.to_json(), TokenizerConfig.from_json(tok.config.to_json()))
+    text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
+    assert again.encode(text) == tok.encode(text)
+    assert again.config == tok.config and again.pre_tokenizer == "smollm"
+    assert again.eos_token_ids == tok.eos_token_ids
+
+
+# ---------------------------------------------------------------------- tokenizer config
+
+def test_tokenizer_config_from_hugging_face_forms():
+    config = TokenizerConfig.from_dict({
+        "bos_token": {"content": "<s>", "lstrip": False, "__type": "AddedToken"},
+        "eos_token": "<s>", "add_bos_token": True, "model_max_length": 2048,
+        "chat_template": [{"name": "tool_use", "template": "x"},
+                          {"name": "default", "template": CHATML}]})
+    assert config == TokenizerConfig(bos_token="<s>", eos_token="<s>", add_bos_token=True,
+                                     chat_template=CHATML)
+    assert TokenizerConfig.from_json(config.to_json()) == config
+    with pytest.raises(ValueError, match="add_bos_token"):
+        TokenizerConfig.from_dict({"add_bos_token": "yes"})
+    with pytest.raises(ValueError, match="default"):
+        TokenizerConfig.from_dict({"chat_template": [{"name": "tool_use", "template": "x"}]})
+
+
+def test_tokenizer_config_tokens_must_be_in_the_vocabulary():
+    with pytest.raises(ValueError, match="'<missing>'"):
+        Tokenizer.from_json(tiny_tokenizer().to_json(), TokenizerConfig(bos_token="<missing>"))
+    with pytest.raises(ValueError, match="no bos_token"):
+        Tokenizer.from_json(tiny_tokenizer().to_json(), TokenizerConfig(add_bos_token=True))
+
+
+def test_without_config_eos_comes_from_the_familiar_names(tok):
+    assert tok.config == TokenizerConfig()
+    assert tok.eos_token_id == 0 and tok.eos_token_ids == (0,)
+    assert tok.bos_token_id is None and tok.add_bos_token is False and tok.chat_template is None
+
+
+def test_tokenizer_and_config_round_trip_through_the_weights_file(tmp_path):
+    import minillm
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=263, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=0)
+    model.tokenizer = Tokenizer.from_gguf(tiny_gguf_metadata(add_bos_token=True))
+    minillm.save(model, tmp_path / "m.npz")
+    back = minillm.load(tmp_path / "m.npz").tokenizer
+    assert back.config == model.tokenizer.config
+    assert back.pre_tokenizer == "smollm" and back.eos_token_ids == (2,)
+    text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
+    assert back.encode(text, add_special_tokens=True) == model.tokenizer.encode(
+        text, add_special_tokens=True)

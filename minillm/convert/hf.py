@@ -94,27 +94,54 @@ def tokenizer_support() -> bool:
 def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True):
     """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model.
 
-    tokenizer=False leaves tokenizer.json out (minillm reads byte-level BPE tokenizers only).
+    With tokenizer.json come, when present, tokenizer_config.json (special tokens,
+    add_bos_token, chat template) and chat_template.jinja. tokenizer=False leaves them out
+    (minillm reads byte-level BPE tokenizers only).
     """
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         config = config_from_hf(json.load(f))
     state_dict = read_checkpoint(_folder_weights(folder))
     tokenizer_path = os.path.join(folder, "tokenizer.json")
-    tokenizer_json = None
+    tokenizer_json = tokenizer_config_json = None
     if tokenizer and os.path.exists(tokenizer_path) and tokenizer_support():
         with open(tokenizer_path, encoding="utf-8") as f:
             tokenizer_json = f.read()
-        _check_tokenizer(tokenizer_json, tokenizer_path)
+        tokenizer_config_json = _read_tokenizer_config(folder)
+        _check_tokenizer(tokenizer_json, tokenizer_config_json, tokenizer_path)
     return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
-                           tokenizer_json=tokenizer_json)
+                           tokenizer_json=tokenizer_json,
+                           tokenizer_config_json=tokenizer_config_json)
 
 
-def _check_tokenizer(text, path) -> None:
+def _read_tokenizer_config(folder):
+    """minillm's tokenizer config (JSON text) from the folder's tokenizer_config.json and
+    chat_template.jinja (newer transformers keep the template there), or None if neither."""
+    from ..tokenizer import TokenizerConfig
+
+    data = {}
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.exists(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            data = json.load(f)
+    template_path = os.path.join(folder, "chat_template.jinja")
+    if os.path.exists(template_path):
+        with open(template_path, encoding="utf-8") as f:
+            data["chat_template"] = f.read()
+    if not data:
+        return None
+    try:
+        return TokenizerConfig.from_dict(data).to_json()
+    except ValueError as e:
+        raise ValueError(f"{config_path}: {e}") from None
+
+
+def _check_tokenizer(text, config_json, path) -> None:
     """Fail early, and say how to go on without it, if minillm cannot read this tokenizer."""
-    from ..tokenizer import Tokenizer
+    from ..tokenizer import Tokenizer, TokenizerConfig
 
     try:
-        Tokenizer.from_json(text)
+        config = None if config_json is None else TokenizerConfig.from_json(config_json)
+        Tokenizer.from_json(text, config)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: minillm cannot read this tokenizer ({e}); convert the "
                          "weights alone with --no_tokenizer (tokenizer=False)") from None

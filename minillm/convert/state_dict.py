@@ -14,8 +14,8 @@ import json
 import numpy as np
 
 from ..config import ModelConfig
-from ..weights import (CONFIG_KEY, FORMAT_VERSION, TOKENIZER_KEY, VERSION_KEY,
-                       model_from_entries, parameter_shapes)
+from ..weights import (CONFIG_KEY, FORMAT_VERSION, TOKENIZER_CONFIG_KEY, TOKENIZER_KEY,
+                       VERSION_KEY, model_from_entries, parameter_shapes)
 from .naming import detect_naming, get_naming, interleaved_to_half, is_ignored, strip_prefixes
 
 # The unfused parts a canonical tensor can be built from, in the order of its rows.
@@ -39,7 +39,8 @@ def to_numpy(value, dtype) -> np.ndarray:
 
 
 def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype="float32",
-                    tokenizer_json: str | None = None):
+                    tokenizer_json: str | None = None,
+                    tokenizer_config_json: str | None = None):
     """Build a minillm Model from `state_dict` ({name: array or tensor}) and its `config`.
 
     naming: "auto" (recognise the layout), a table name ("nanogpt", "hf-gpt2", "hf-llama",
@@ -101,6 +102,8 @@ def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype=
     entries = {VERSION_KEY: np.array(FORMAT_VERSION), CONFIG_KEY: np.array(config.to_json())}
     if tokenizer_json is not None:
         entries[TOKENIZER_KEY] = np.array(tokenizer_json)
+    if tokenizer_config_json is not None:
+        entries[TOKENIZER_CONFIG_KEY] = np.array(tokenizer_config_json)
     return model_from_entries({**entries, **params})
 
 

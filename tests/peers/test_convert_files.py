@@ -1,5 +1,6 @@
 """Reading weights files: safetensors with a user's own naming table from the command line,
-and bfloat16 checkpoints (NumPy has no bfloat16: they are widened through torch)."""
+bfloat16 checkpoints (NumPy has no bfloat16: they are widened through torch), and a folder's
+tokenizer config."""
 import json
 
 import numpy as np
@@ -65,3 +66,25 @@ def test_bfloat16_safetensors_are_widened(tmp_path):
     expected = state["model.embed_tokens.weight"].float().numpy()
     np.testing.assert_array_equal(ours.params["tok_emb.weight"], expected)
     assert ours.dtype == np.float32
+
+
+def test_a_folders_tokenizer_config_and_chat_template_come_along(tmp_path):
+    from minillm.convert.hf import export_hf
+    from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=0)
+    vocab = {char: byte for byte, char in BYTE_TO_CHAR.items()}
+    model.tokenizer = Tokenizer(vocab, [], [{"id": 256, "content": "<|im_start|>", "special": True},
+                                            {"id": 257, "content": "<|im_end|>", "special": True}])
+    export_hf(model, tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>", "special": True},
+        "add_bos_token": False, "chat_template": "old", "tokenizer_class": "GPT2Tokenizer"}))
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    tok = convert(tmp_path).tokenizer
+    assert (tok.bos_token_id, tok.eos_token_id) == (256, 257)
+    assert tok.chat_template == "{{ messages }}"
+    minillm.save(convert(tmp_path), tmp_path / "m.npz")
+    assert minillm.load(tmp_path / "m.npz").tokenizer.config == tok.config

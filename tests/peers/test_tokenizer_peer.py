@@ -6,7 +6,7 @@ import pathlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.tokenizer import Tokenizer
+from minillm.tokenizer import DIGIT_REGEX, PRE_TOKENIZERS, Tokenizer, pre_tokenize
 
 hf_tokenizers = pytest.importorskip("tokenizers")
 
@@ -61,3 +61,25 @@ def test_add_prefix_space_variant():
     mine, peer = Tokenizer.from_json(text), hf_tokenizers.Tokenizer.from_str(text)
     for sample in ["In the beginning", " God", "a" + EOS + "b", EOS + " x", ""]:
         assert mine.encode(sample) == peer.encode(sample).ids
+
+
+def rust_pre_tokenizer(name):
+    """The Rust library's pre-tokenizer for a name of PRE_TOKENIZERS, before the byte step."""
+    regexes = PRE_TOKENIZERS[name]
+    steps = [hf_tokenizers.pre_tokenizers.Digits(individual_digits=True)
+             if regex == DIGIT_REGEX else
+             hf_tokenizers.pre_tokenizers.Split(hf_tokenizers.Regex(regex), behavior="isolated")
+             for regex in regexes]
+    return hf_tokenizers.pre_tokenizers.Sequence(steps)
+
+
+# Characters this Python's Unicode database knows (and no surrogates, which UTF-8 cannot hold):
+# a newer character is "other" here, maybe a letter there (the documented deviation).
+assigned_text = st.one_of(st.text(alphabet=st.characters(exclude_categories=("Cn", "Cs"))), words)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(PRE_TOKENIZERS)), assigned_text)
+def test_named_pre_tokenizers_split_like_the_rust_library(name, text):
+    words = [word for word, _ in rust_pre_tokenizer(name).pre_tokenize_str(text)]
+    assert pre_tokenize(text, name) == words

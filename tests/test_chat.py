@@ -1,0 +1,127 @@
+"""ChatML prompts: recognizing the template, rendering conversations, the shared id prefix."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from minillm.chat import (CHATML_TEMPLATE, ChatML, chat_format, chat_prompt_ids,
+                          common_prefix_length, render_chat)
+from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
+
+# SmolLM2-135M-Instruct's template, as its GGUF file and tokenizer_config.json hold it.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+SMOLLM_SYSTEM = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                 "Hugging Face<|im_end|>\n")
+
+USER = {"role": "user", "content": "What is 2+2?"}
+ASSISTANT = {"role": "assistant", "content": "4."}
+USER_AGAIN = {"role": "user", "content": "And 3+3?\nThanks"}
+SYSTEM = {"role": "system", "content": "Answer briefly."}
+
+
+def test_templates_are_recognized_exactly():
+    assert chat_format(CHATML_TEMPLATE) == ChatML(default_system=None)
+    assert chat_format(SMOLLM2_TEMPLATE) == ChatML(
+        default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face")
+    other_prompt = SMOLLM2_TEMPLATE.replace("named SmolLM, trained by Hugging Face", "Bob")
+    assert chat_format(other_prompt) == ChatML(default_system="You are a helpful AI assistant Bob")
+
+
+@pytest.mark.parametrize("messages, expected", [
+    ([USER], SMOLLM_SYSTEM + "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"),
+    ([SYSTEM, USER], "<|im_start|>system\nAnswer briefly.<|im_end|>\n"
+                     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"),
+    ([USER, ASSISTANT], SMOLLM_SYSTEM + "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                                        "<|im_start|>assistant\n4.<|im_end|>\n"),
+    ([SYSTEM, USER, ASSISTANT], "<|im_start|>system\nAnswer briefly.<|im_end|>\n"
+                                "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                                "<|im_start|>assistant\n4.<|im_end|>\n"),
+    ([USER, ASSISTANT, USER_AGAIN], SMOLLM_SYSTEM + "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                                                    "<|im_start|>assistant\n4.<|im_end|>\n"
+                                                    "<|im_start|>user\nAnd 3+3?\nThanks"
+                                                    "<|im_end|>\n"),
+    ([], ""),
+])
+def test_smollm2_conversations(messages, expected):
+    assert render_chat(messages, SMOLLM2_TEMPLATE, add_generation_prompt=False) == expected
+    assert render_chat(messages, SMOLLM2_TEMPLATE) == expected + "<|im_start|>assistant\n"
+
+
+def test_plain_chatml_adds_no_system_message():
+    assert render_chat([USER, ASSISTANT, USER_AGAIN], CHATML_TEMPLATE) == (
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4.<|im_end|>\n"
+        "<|im_start|>user\nAnd 3+3?\nThanks<|im_end|>\n<|im_start|>assistant\n")
+    # Only the first message decides: a system message later on is an ordinary turn.
+    assert render_chat([USER, SYSTEM], SMOLLM2_TEMPLATE, False).startswith(SMOLLM_SYSTEM)
+
+
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + "
+                   "message['role'] + '<|end_header_id|>\n\n' + message['content'] + "
+                   "'<|eot_id|>' }}{% endfor %}")
+
+
+@pytest.mark.parametrize("template, message", [
+    (LLAMA3_TEMPLATE, "Llama 3"),
+    ("{% for message in messages %}[INST] {{ message['content'] }} [/INST]{% endfor %}",
+     "Mistral"),
+    (CHATML_TEMPLATE.replace("{% endfor %}", "{% if tools %}x{% endif %}{% endfor %}"),
+     "ChatML template with logic"),
+    (CHATML_TEMPLATE + "\n", "ChatML template with logic"),
+    ("{{ messages }}", "unknown template"),
+    (None, "no chat template"),
+])
+def test_other_templates_are_refused_by_what_they_are(template, message):
+    with pytest.raises(ValueError, match=message):
+        render_chat([USER], template)
+
+
+@pytest.mark.parametrize("bad", [{"role": "user"}, {"role": "user", "content": ["a"]},
+                                 ("user", "hi")])
+def test_malformed_messages_are_refused(bad):
+    with pytest.raises(ValueError, match="message"):
+        render_chat([bad], CHATML_TEMPLATE)
+
+
+def chatml_tokenizer():
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    added = [{"id": 256, "content": "<|im_start|>", "special": True},
+             {"id": 257, "content": "<|im_end|>", "special": True}]
+    config = TokenizerConfig(bos_token="<|im_start|>", eos_token="<|im_end|>",
+                             add_bos_token=True, chat_template=SMOLLM2_TEMPLATE)
+    return Tokenizer(vocab, [], added, config=config)
+
+
+def test_chat_prompt_ids_use_the_tokenizers_template_and_add_no_bos():
+    tok = chatml_tokenizer()
+    ids = chat_prompt_ids(tok, [SYSTEM, USER])
+    assert ids == tok.encode(render_chat([SYSTEM, USER], SMOLLM2_TEMPLATE))
+    assert ids[0] == 256 and ids[1] != 256  # the template's <|im_start|>, no BOS before it
+    assert ids.count(257) == 2 and tok.eos_token_ids == (257,)
+
+
+def test_common_prefix_length_examples():
+    assert common_prefix_length([], [1, 2]) == 0
+    assert common_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix_length([1, 2, 3, 4], [1, 2]) == 2
+    assert common_prefix_length([1, 2, 3], [1, 5, 3]) == 1
+
+
+@given(st.lists(st.integers(0, 3), max_size=8), st.lists(st.integers(0, 3), max_size=8))
+def test_common_prefix_length_is_the_longest_shared_start(a, b):
+    n = common_prefix_length(a, b)
+    assert a[:n] == b[:n]
+    assert n == min(len(a), len(b)) or a[n] != b[n]
+
+
+def test_a_growing_chat_keeps_its_prompt_as_prefix():
+    # The next turn's prompt starts with the previous prompt and the reply, so the cache for
+    # all of it can be kept when the reply's ids are the ids its text encodes to.
+    tok = chatml_tokenizer()
+    first = chat_prompt_ids(tok, [USER])
+    reply = tok.encode(ASSISTANT["content"]) + [257]
+    second = chat_prompt_ids(tok, [USER, ASSISTANT, USER_AGAIN])
+    assert common_prefix_length(first + reply, second) == len(first + reply)
