@@ -103,19 +103,3 @@ def chat_prompt_ids(tokenizer, messages, add_generation_prompt=True):
     """
     text = render_chat(messages, tokenizer.chat_template, add_generation_prompt)
     return tokenizer.encode(text)
-
-
-def common_prefix_length(cached_ids, new_ids):
-    """How many leading ids two sequences share.
-
-    In a chat, every turn's prompt renders the whole conversation again. The KV cache built
-    for the previous ids stays valid for this common prefix, and only the rest of the new
-    prompt needs a forward pass. (The prefix can end before the last reply: the ids generated
-    for it need not be the ids its text encodes to.)
-    """
-    length = 0
-    for cached, new in zip(cached_ids, new_ids):
-        if cached != new:
-            break
-        length += 1
-    return length

