@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
                         help="recompute the whole window every step (slow, same tokens)")
     parser.add_argument("--stop", default=None, metavar="TOKENS",
                         help="comma-separated stop tokens: ids, or token texts when the model "
-                             "has a tokenizer (default: its end-of-text token, if any)")
+                             "has a tokenizer (default: its end tokens, if any)")
 
 
 # -- arguments shared with `minillm next` ---------------------------------------------------
@@ -128,12 +128,10 @@ def parse_ids(text: str, flag: str) -> list[int]:
 
 
 def stop_tokens(text, model) -> list[int]:
-    """--stop: ids or token texts; by default the tokenizer's end-of-text token."""
-
+    """--stop: ids or token texts; by default the tokenizer's end tokens."""
     tokenizer = model.tokenizer
-    if text is None:
-        eos = getattr(tokenizer, "eos_token_id", None)
-        return [] if eos is None else [eos]
+    if text is None:  # every end token the tokenizer names (<|im_end|> for a chat model)
+        return [] if tokenizer is None else list(tokenizer.eos_token_ids)
     stops = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         if item.lstrip("-").isdigit():
