@@ -15,7 +15,7 @@ import time
 
 import minillm
 
-from .machine import set_threads
+from .suite.machine import set_threads
 
 
 def main() -> None:

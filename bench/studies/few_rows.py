@@ -1,7 +1,7 @@
 """Products with a few rows (a batch decoding one token a row, a verify pass): minillm's
 `linear` against the one-call products it replaces, microseconds per call.
 
-    python -m bench.few_rows [--rows 4 8] [--repeat 7]
+    python -m bench.studies.few_rows [--rows 4 8] [--repeat 7]
 
 For each linear layer of the benchmark sizes, laid out as `Model` lays it out (column-major,
 bench.shapes.FULL_SIZES), with x of N rows:

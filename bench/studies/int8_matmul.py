@@ -1,7 +1,7 @@
 """Time the int8 weight matmul options against the float32 matmul, for decode and prefill.
 
-    python bench/int8_matmul.py [--rows 1 128] [--repeat 7]
-    python bench/int8_matmul.py --decode 64 [--size gpt2-small]   # tokens/s, random model
+    python -m bench.studies.int8_matmul [--rows 1 128] [--repeat 7]
+    python -m bench.studies.int8_matmul --decode 64 [--size gpt2-small]   # tokens/s, random model
 
 Shapes (out, in) are the linear layers of the Sprout size (d_model 384, d_ff 1024) and of
 GPT-2 small. For each option the table gives microseconds per call (the best of `repeat`
@@ -19,12 +19,11 @@ import argparse
 import itertools
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from minillm.quantize import BLOCK_BYTES, blocked_matmul, quantize_rows  # noqa: E402
+from minillm.fast import BLOCK_BYTES, blocked_matmul
+from minillm.quantize import quantize_rows
 
 SHAPES = {"sprout": [(1152, 384), (384, 384), (2048, 384), (384, 1024)],
           "gpt2-small": [(2304, 768), (768, 768), (3072, 768), (768, 3072)]}

@@ -1,6 +1,6 @@
 """Where a decode step's time goes: microseconds per piece of minillm's forward pass.
 
-    python -m bench.profile_step [--size student|Sprout|GPT-2-small] [--steps 100] [--int8]
+    python -m bench.studies.profile_step [--size student|Sprout|GPT-2-small] [--steps 100] [--int8]
 
 Each building block that minillm.model calls (linear, attention, the norms, RoPE, the
 activation) is wrapped in a timer for the duration of the run; linear layers are told apart by
@@ -16,8 +16,8 @@ from collections import defaultdict
 import minillm
 import minillm.model as model_module
 
-from .machine import set_threads
-from .shapes import FULL_SIZES
+from ..suite.machine import set_threads
+from ..suite.shapes import FULL_SIZES
 
 PIECES = ("linear", "attention", "layer_norm", "rms_norm", "apply_rope")
 
@@ -61,7 +61,7 @@ def profile(model, prompt, steps):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_step")
+    p = argparse.ArgumentParser(prog="python -m bench.studies.profile_step")
     p.add_argument("--size", choices=sorted(FULL_SIZES), default="student")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
