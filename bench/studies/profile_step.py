@@ -1,13 +1,14 @@
 """Where a decode step's time goes: microseconds per piece of minillm's forward pass.
 
-    python -m bench.studies.profile_step [--size student|Sprout|GPT-2-small] [--steps 100] [--int8]
-                                         [--reference]
+    python -m bench.studies.profile_step [--size student|Sprout|GPT-2-small] [--steps 100]
+                                         [--int8] [--reference]
 
 Each building block that minillm.model calls (linear, attention, the norms, RoPE, the
 activation) is wrapped in a timer for the duration of the run; linear layers are told apart by
-their weight's shape. The model runs the fast path (its products are `minillm.fast`'s, timed
-inside `linear`) unless --reference asks for `Model(..., fast=False)`. The rest of a step (Python glue, embedding, cache writes, residual
-adds, sampling) is what remains of the wall time of minillm.generate.
+their weight's shape. The rest of a step (Python glue, embedding, cache writes, residual adds,
+sampling) is what remains of the wall time of minillm.generate. The model runs the fast path
+(`minillm.fast`'s products, timed inside `linear`) unless --reference asks for
+`Model(..., fast=False)`.
 """
 from __future__ import annotations
 

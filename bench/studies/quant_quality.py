@@ -1,6 +1,6 @@
 """Quantization quality on held-out text: float vs int8, and the lower-bit experiment.
 
-    python -m bench.studies.quant_quality MODEL.npz --text weights/web_valid.txt [--tokenizer T.json]
+    python -m bench.studies.quant_quality MODEL.npz --text weights/web_valid.txt [--tokenizer T]
     python -m bench.studies.quant_quality --random  # no trained model: a random Sprout-size one
     ... --plot bench/plots/quant_bits.png           # and a picture of table 2 (matplotlib)
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 import minillm
 
 from ..suite.machine import set_threads
-from ..suite.speculative import models
+from ..suite.speculative import prompt_ids, shipped_pair
 from ..suite.timing import Missing
 from .profile_step import timed
 
@@ -30,11 +30,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     print(set_threads(1)[0])
-    found = models({"settings": argparse.Namespace(quick=False)})
-    if isinstance(found, Missing):
-        print(f"missing: {found.reason}")
+    pair = shipped_pair()
+    if isinstance(pair, Missing):
+        print(f"missing: {pair.reason}")
         return 1
-    target, draft, prompt, _ = found
+    target, draft = pair
+    prompt = prompt_ids(target)
     totals = defaultdict(lambda: [0.0, 0])  # "verify" / "draft": [seconds, calls] of forward
     target.forward = timed(target.forward, "verify", totals)
     draft.forward = timed(draft.forward, "draft", totals)
