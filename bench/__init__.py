@@ -1,4 +1,8 @@
-"""Benchmarks: minillm side by side with its peers, in one run.
+"""Benchmarks, in two rooms (bench/README.md says what each module measures):
+
+    bench/suite/     what `python -m bench` runs: minillm side by side with its peers, in one
+                     run, the tables of bench/RESULTS.md
+    bench/studies/   one-off measurements that the docs cite: python -m bench.studies.NAME
 
     python -m bench                      # every workload, 3 repeats, 1 BLAS/torch thread
     python -m bench --quick              # tiny shapes, 1 repeat: checks that everything runs

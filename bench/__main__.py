@@ -6,15 +6,15 @@ import sys
 import time
 import traceback
 
-from . import batch, cache, decode, goals, int8, machine, prefill, speculative, tokenizing
-from .contenders import context
-from .shapes import settings
-from .table import markdown
-from .timing import Row
+from .suite import batch, cache, decode, goals, int8, machine, prefill, speculative, tokenizer
+from .suite.contenders import context
+from .suite.shapes import settings
+from .suite.table import markdown
+from .suite.timing import Row
 
 WORKLOADS = {"decode": decode.run, "cache": cache.run, "batch": batch.run,
              "prefill": prefill.run, "speculative": speculative.run, "int8": int8.run,
-             "tokenizer": tokenizing.run}
+             "tokenizer": tokenizer.run}
 
 
 def parse(argv):
@@ -79,7 +79,7 @@ def run_one(name, ctx):
 
 
 def plots_line(results, folder):
-    from . import plots
+    from .suite import plots
     return plots.write(results, folder)
 
 

@@ -10,7 +10,7 @@ def test_quick_run_prints_a_table_per_workload(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "numpy" in printed and "threads:" in printed
     for title in ("1. Decode", "2. Cached vs uncached", "3. Batched rollouts", "4. Prefill",
-                  "5. Speculative", "6. int8", "7. Tokenizer", "Goals of issue 8"):
+                  "5. Speculative", "6. int8", "7. Tokenizer", "### Goals"):
         assert title in printed
     assert "| student" in printed and "| minillm f32 |" in printed
     assert out_file.read_text(encoding="utf-8").count("### ") == 8

@@ -1,6 +1,6 @@
 """Checkpoint sizes of the ~400M-parameter configurations in float32 and int8, from shapes alone.
 
-    python bench/quant_sizes.py
+    python -m bench.studies.quant_sizes
 
 The configurations are not given by the seed text, only their parameter counts (classic 406M,
 modern 355M) and sizes (1.51 GiB -> 0.67 GiB, 1.32 GiB -> 0.48 GiB). Both are taken here as
@@ -13,14 +13,12 @@ int8 plus one float32 scale per row; embeddings, norms, biases and the output la
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from minillm import ModelConfig  # noqa: E402
-from minillm.quantize import is_linear_weight  # noqa: E402
-from minillm.weights import parameter_shapes  # noqa: E402
+from minillm import ModelConfig
+from minillm.config import parameter_shapes
+from minillm.quantize import is_linear_weight
 
 BASE = dict(vocab_size=50257, context_length=1024, d_model=1024, n_layers=24, n_heads=16)
 CONFIGS = {"classic": ModelConfig(arch="classic", **BASE),

@@ -73,12 +73,12 @@ def recorded(outputs: dict, name: str, fn):
     return run
 
 
-def same_tokens(reference, other) -> str:
+def same_tokens(reference, other, reference_name: str = "minillm") -> str:
     """A note: do two token arrays agree, and if not, from which step on."""
     a, b = np.asarray(reference), np.asarray(other)
     if a.shape == b.shape and np.array_equal(a, b):
-        return "same greedy tokens as minillm"
+        return f"same greedy tokens as {reference_name}"
     if a.shape != b.shape:
         return f"token arrays differ in shape {a.shape} vs {b.shape}"
     step = int(np.argmax((a != b).reshape(-1, a.shape[-1]).any(axis=0)))
-    return f"tokens differ from minillm from step {step} on"
+    return f"tokens differ from {reference_name} from step {step} on"

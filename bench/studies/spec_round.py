@@ -1,8 +1,8 @@
 """Where a round of speculative decoding spends its time, in units of one plain decoding step.
 
-    python -m bench.spec_round [--k 3] [--tokens 200] [--repeats 5]
+    python -m bench.studies.spec_round [--k 3] [--tokens 200] [--repeats 5]
 
-On the shipped pair and the benchmark's prompt (bench.speculative), greedy. A round is one
+On the shipped pair and the benchmark's prompt (bench.suite.speculative), greedy. A round is one
 verify pass of the target over the k guesses and the token before them, the draft's forward
 passes that made the guesses, and the rest (the accept rule, sampling, bookkeeping). With a
 plain step costing P, a round costing R and yielding n tokens on average, speculative decoding
@@ -17,24 +17,25 @@ from collections import defaultdict
 
 import minillm
 
-from .machine import set_threads
+from ..suite.machine import set_threads
+from ..suite.speculative import prompt_ids, shipped_pair
+from ..suite.timing import Missing
 from .profile_step import timed
-from .speculative import models
-from .timing import Missing
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.spec_round")
+    p = argparse.ArgumentParser(prog="python -m bench.studies.spec_round")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     print(set_threads(1)[0])
-    found = models({"settings": argparse.Namespace(quick=False)})
-    if isinstance(found, Missing):
-        print(f"missing: {found.reason}")
+    pair = shipped_pair()
+    if isinstance(pair, Missing):
+        print(f"missing: {pair.reason}")
         return 1
-    target, draft, prompt, _ = found
+    target, draft = pair
+    prompt = prompt_ids(target)
     totals = defaultdict(lambda: [0.0, 0])  # "verify" / "draft": [seconds, calls] of forward
     target.forward = timed(target.forward, "verify", totals)
     draft.forward = timed(draft.forward, "draft", totals)

@@ -1,7 +1,7 @@
 """Time the int8 weight matmul options against the float32 matmul, for decode and prefill.
 
-    python bench/int8_matmul.py [--rows 1 128] [--repeat 7]
-    python bench/int8_matmul.py --decode 64 [--size gpt2-small]   # tokens/s, random model
+    python -m bench.studies.int8_matmul [--rows 1 128] [--repeat 7]
+    python -m bench.studies.int8_matmul --decode 64 [--size gpt2-small]   # tokens/s, random model
 
 Shapes (out, in) are the linear layers of the Sprout size (d_model 384, d_ff 1024) and of
 GPT-2 small. For each option the table gives microseconds per call (the best of `repeat`
@@ -9,9 +9,10 @@ timings, each the mean of several calls) and the ratio to the float32 matmul x @
 Options:
   astype      (x @ Q.astype(float32).T) * s: widen the whole matrix per call (a big temporary)
   mixed       (x @ Q.T) * s: NumPy's own int8 x float32 matmul (casts internally, no BLAS)
-  block NK    widen N KiB of rows at a time into a buffer allocated per call, BLAS per block
+  block NK    minillm.fast.blocked_matmul: widen N KiB of rows at a time into a buffer
+              allocated per call, BLAS per block (minillm.fast.Int8 does this with BLOCK_BYTES)
   prealloc    as block, into a buffer kept with the weight (costs resident memory)
-BLAS threads: set OPENBLAS_NUM_THREADS (the machine's other core is usually busy).
+BLAS threads: --threads (1 by default: the machine's other core is usually busy).
 """
 from __future__ import annotations
 
@@ -19,31 +20,18 @@ import argparse
 import itertools
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from minillm.quantize import BLOCK_BYTES, blocked_matmul, quantize_rows  # noqa: E402
+from minillm.fast import BLOCK_BYTES, blocked_matmul
+from minillm.quantize import quantize_rows
+
+from ..suite.machine import set_threads
+from ..suite.timing import best_time
 
 SHAPES = {"sprout": [(1152, 384), (384, 384), (2048, 384), (384, 1024)],
           "gpt2-small": [(2304, 768), (768, 768), (3072, 768), (768, 3072)]}
 BLOCKS_KIB = (32, 128, 256, 1024)
-
-
-def best_time(fn, repeat: int) -> float:
-    """Best mean time of one call in microseconds; about 20 ms of calls per timing."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    calls = max(1, int(0.02 / max(time.perf_counter() - t0, 1e-7)))
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best * 1e6
 
 
 def blocked(x, q, s, kib, buffer=None):
@@ -83,11 +71,9 @@ MODELS = {"sprout": dict(arch="modern", vocab_size=8192, context_length=512, d_m
 
 def decode_speed(new_tokens: int, size: str, blocks_kib) -> None:
     """Greedy cached decode of a random model, float32 against int8 copies with several block
-    sizes (a block as big as the matrix is the whole-matrix astype)."""
-    import importlib
-
+    sizes of minillm.fast.Int8 (a block as big as the matrix is the whole-matrix astype)."""
     import minillm
-    qmod = importlib.import_module("minillm.quantize")  # the module (minillm.quantize is the function)
+    import minillm.fast as fast
 
     model = minillm.random_model(minillm.ModelConfig(**MODELS[size]), seed=0, dtype="float32")
     model8 = minillm.quantize(model)
@@ -96,24 +82,30 @@ def decode_speed(new_tokens: int, size: str, blocks_kib) -> None:
         (f"int8 block {kib}K" if kib < 2**20 else "int8 whole matrix", model8, kib)
         for kib in blocks_kib]
     print(f"{size}: prompt 16 tokens, {new_tokens} new tokens, greedy, KV cache")
-    for name, m, kib in runs:
-        if kib is not None:
-            qmod.BLOCK_BYTES = kib * 1024
-        minillm.generate(m, prompt, max_new_tokens=4, temperature=0)  # warm up
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            minillm.generate(m, prompt, max_new_tokens=new_tokens, temperature=0)
-            best = min(best, time.perf_counter() - t0)
-        print(f"{name:20s} {new_tokens / best:7.1f} tokens/s   weights in memory "
-              f"{m.nbytes / 2**20:7.2f} MiB", flush=True)
+    default = fast.BLOCK_BYTES
+    try:
+        for name, m, kib in runs:
+            if kib is not None:
+                fast.BLOCK_BYTES = kib * 1024  # read by fast.Int8.matmul at every call
+            minillm.generate(m, prompt, max_new_tokens=4, temperature=0)  # warm up
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                minillm.generate(m, prompt, max_new_tokens=new_tokens, temperature=0)
+                best = min(best, time.perf_counter() - t0)
+            print(f"{name:20s} {new_tokens / best:7.1f} tokens/s   weights in memory "
+                  f"{m.nbytes / 2**20:7.2f} MiB", flush=True)
+    finally:
+        fast.BLOCK_BYTES = default
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.int8_matmul",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 128],
                         help="rows of x: 1 is a decode step, more is a prefill")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (1)")
     parser.add_argument("--cold", type=int, default=0, metavar="MIB",
                         help="cycle through copies of each weight, at least MIB MiB of int8 "
                              "(choose 3x the last-level cache): weights read from memory")
@@ -123,11 +115,12 @@ def main(argv=None) -> int:
     parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 4096, 2**20],
                         metavar="KIB", help="int8 block sizes for --decode")
     args = parser.parse_args(argv)
+    print(set_threads(args.threads)[0])
     if args.decode:
         decode_speed(args.decode, args.size, args.blocks)
         return 0
     rng = np.random.default_rng(0)
-    print(f"numpy {np.__version__}; block buffer in minillm: {BLOCK_BYTES // 1024} KiB")
+    print(f"numpy {np.__version__}; block buffer of minillm.fast.Int8: {BLOCK_BYTES // 1024} KiB")
     for n in args.rows:
         where = f"weights from memory ({args.cold} MiB of int8 copies)" if args.cold else (
             "weights hot in cache")

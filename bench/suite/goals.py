@@ -1,4 +1,5 @@
-"""Issue 8's goals, checked against this run's figures: one line per goal, met or not.
+"""The benchmark's goals (the speeds minillm aims at against its peers, its roofline and
+plain decoding), checked against this run's figures: one line per goal, met or not.
 
 Speed ratios are minillm float32's median speed over the other row's median (> 1: minillm
 is faster), the same figure as the tables' ratio column.
@@ -70,7 +71,7 @@ def check(results) -> list:
 
 
 def markdown(results, quick: bool = False) -> str:
-    lines = ["### Goals of issue 8", ""]
+    lines = ["### Goals", ""]
     if quick:
         lines += ["(--quick: tiny shapes, so these verdicts say nothing about the goals)", ""]
     lines += ["| goal | this run | |", "| --- | --- | --- |"]

@@ -1,11 +1,14 @@
 """Where a decode step's time goes: microseconds per piece of minillm's forward pass.
 
-    python -m bench.profile_step [--size student|Sprout|GPT-2-small] [--steps 100] [--int8]
+    python -m bench.studies.profile_step [--size student|Sprout|GPT-2-small] [--steps 100]
+                                         [--int8] [--reference]
 
 Each building block that minillm.model calls (linear, attention, the norms, RoPE, the
 activation) is wrapped in a timer for the duration of the run; linear layers are told apart by
-their weight's shape. The rest of a step (Python glue, embedding, cache writes, residual
-adds, sampling) is what remains of the wall time of minillm.generate.
+their weight's shape. The rest of a step (Python glue, embedding, cache writes, residual adds,
+sampling) is what remains of the wall time of minillm.generate. The model runs the fast path
+(`minillm.fast`'s products, timed inside `linear`) unless --reference asks for
+`Model(..., fast=False)`.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from collections import defaultdict
 import minillm
 import minillm.model as model_module
 
-from .machine import set_threads
-from .shapes import FULL_SIZES
+from ..suite.machine import set_threads
+from ..suite.shapes import FULL_SIZES
 
 PIECES = ("linear", "attention", "layer_norm", "rms_norm", "apply_rope")
 
@@ -34,8 +37,8 @@ def timed(fn, name, totals, shape_of=None):
 
 
 def weight_shape(x, weight, bias=None):
-    shape = getattr(weight, "shape", None) or weight.q.shape
-    return "x".join(map(str, shape))
+    """A linear layer's label: its weight's (out, in), an array, fast.Dense or fast.Int8 alike."""
+    return "x".join(map(str, weight.shape))
 
 
 def profile(model, prompt, steps):
@@ -61,19 +64,23 @@ def profile(model, prompt, steps):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_step")
+    p = argparse.ArgumentParser(prog="python -m bench.studies.profile_step")
     p.add_argument("--size", choices=sorted(FULL_SIZES), default="student")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--int8", action="store_true", help="profile minillm.quantize(model)")
+    p.add_argument("--reference", action="store_true",
+                   help="the reference path: Model(..., fast=False)")
     args = p.parse_args(argv)
     print(set_threads(args.threads)[0])
-    model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0)
+    fast = not args.reference
+    model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0, fast=fast)
     if args.int8:
-        model = minillm.quantize(model)
+        model = minillm.quantize(model)  # keeps the model's path
     totals, wall = profile(model, list(range(16)), args.steps)
     per_step = 1e6 / args.steps
-    print(f"{args.size}: {wall * per_step:.0f} µs per generated token "
+    path = "reference path" if args.reference else "fast path"
+    print(f"{args.size}, {path}: {wall * per_step:.0f} µs per generated token "
           f"({args.steps / wall:.0f} tokens/s, prefill of 16 tokens included)\n")
     print("| piece | µs per token | calls per token | share |\n| --- | --- | --- | --- |")
     for key, (seconds, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0]):

@@ -1,7 +1,7 @@
 """Quantization quality on held-out text: float vs int8, and the lower-bit experiment.
 
-    python bench/quant_quality.py MODEL.npz --text weights/web_valid.txt [--tokenizer T.json]
-    python bench/quant_quality.py --random          # no trained model: a random Sprout-size one
+    python -m bench.studies.quant_quality MODEL.npz --text weights/web_valid.txt [--tokenizer T]
+    python -m bench.studies.quant_quality --random  # no trained model: a random Sprout-size one
     ... --plot bench/plots/quant_bits.png           # and a picture of table 2 (matplotlib)
 
 Table 1 (float32 vs int8 with one scale per row): file size, resident weight bytes, logit cosine
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import minillm  # noqa: E402
-from bench.plots import pyplot  # noqa: E402
-from minillm.quality import compare, loss, windows  # noqa: E402
-from minillm.quantize import QuantizedWeight, is_linear_weight  # noqa: E402
+import minillm
+from minillm.quality import compare, loss, windows
+from minillm.quantize import QuantizedWeight, is_linear_weight
+
+from ..suite.plots import pyplot
 
 SPROUT = minillm.ModelConfig(arch="modern", vocab_size=8192, context_length=512, d_model=384,
                              n_layers=8, n_heads=6, d_ff=1024)

@@ -1,0 +1,8 @@
+"""What `python -m bench` runs: the workloads behind bench/RESULTS.md and their machinery.
+
+Workloads (each a `run(ctx) -> (title, rows)`): decode, cache, batch, prefill, speculative,
+int8, tokenizer; goals checks the run's figures against the targets. Machinery: contenders
+(the models, built once per run), timing (interleaved repeats), table (Markdown), shapes (the
+sizes of a full and a --quick run), machine (threads and the run's header), hf and torch_loop
+(the peers), roofline (bandwidth and bytes per token), plots (PNG charts).
+"""
