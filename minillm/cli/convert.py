@@ -1,13 +1,14 @@
-"""Convert a PyTorch or Hugging Face checkpoint to a minillm .npz.
+"""Convert a PyTorch, Hugging Face or GGUF checkpoint to a minillm .npz.
 
 SRC is a Hugging Face model folder (config.json + model.safetensors or pytorch_model.bin, and
-tokenizer.json if present), or one weights file (.safetensors, .pt, .pth, .bin) with --config.
+tokenizer.json if present), a GGUF file (llama, mistral, qwen2; dequantized), or one weights
+file (.safetensors, .pt, .pth, .bin) with --config.
 """
 from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("src", help="a Hugging Face model folder or a weights file")
+    parser.add_argument("src", help="a Hugging Face model folder, a .gguf file or a weights file")
     parser.add_argument("out", help="the .npz file to write")
     parser.add_argument("--naming", default="auto",
                         help="the layout of the names: auto (default), nanogpt, hf-gpt2, "
@@ -19,6 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--no_tokenizer", action="store_true",
                         help="leave a folder's tokenizer.json out of the .npz")
+    parser.add_argument("--int8", action="store_true",
+                        help="store the linear weights as row-wise int8 (minillm.quantize; the "
+                             "output layer stays float)")
 
 
 def _naming(value):
@@ -33,14 +37,18 @@ def _naming(value):
 
 def run(args) -> int:
     from ..convert import config_from_json_file, convert
+    from ..quantize import quantize
     from ..weights import save
 
     config = None if args.config is None else config_from_json_file(args.config)
     model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
                     tokenizer=not args.no_tokenizer)
+    if args.int8:
+        model = quantize(model)
     save(model, args.out)
     cfg = model.config
     print(f"{args.out}: {cfg.arch}, {cfg.n_layers} layers, d_model {cfg.d_model}, "
           f"{cfg.n_params():,} parameters, {args.dtype}"
+          + (", linear weights int8" if args.int8 else "")
           + (", with tokenizer" if model.tokenizer is not None else ""))
     return 0

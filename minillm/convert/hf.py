@@ -1,9 +1,10 @@
-"""Files in, files out: PyTorch / safetensors checkpoints and Hugging Face model folders.
+"""Files in, files out: PyTorch / safetensors checkpoints, Hugging Face model folders, GGUF.
 
 Reading: `.safetensors` through safetensors (its NumPy loader needs no torch), `.pt`/`.bin`
 through `torch.load(..., weights_only=True)`, which reads tensors and plain containers and
-never runs code from the file. Writing: a Hugging Face folder (config.json, model.safetensors,
-tokenizer.json) that transformers' AutoModelForCausalLM.from_pretrained loads.
+never runs code from the file; `.gguf` with minillm's own reader (convert/gguf.py). Writing:
+a Hugging Face folder (config.json, model.safetensors, tokenizer.json) that transformers'
+AutoModelForCausalLM.from_pretrained loads.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import os
 
 import numpy as np
 
+from .gguf import is_gguf
+from .gguf_model import model_from_gguf
 from .hf_config import config_from_hf, config_to_hf
 from .state_dict import from_state_dict
 from .train_args import config_from_model_args
@@ -206,8 +209,9 @@ def export_hf(model, out_dir) -> None:
 
 
 def convert(src, naming="auto", config=None, dtype="float32", tokenizer=True):
-    """A Model from a Hugging Face folder or a checkpoint file and its ModelConfig (which a
-    nanoGPT or llama2.c training checkpoint carries as `model_args`)."""
+    """A Model from a Hugging Face folder, a GGUF file (recognised by its suffix or its first
+    bytes), or a checkpoint file and its ModelConfig (which a nanoGPT or llama2.c training
+    checkpoint carries as `model_args`)."""
     src = os.fspath(src)
     if os.path.isdir(src):
         if config is not None:
@@ -215,6 +219,10 @@ def convert(src, naming="auto", config=None, dtype="float32", tokenizer=True):
         return from_hf_folder(src, dtype=dtype, naming=naming, tokenizer=tokenizer)
     if not os.path.exists(src):
         raise ValueError(f"{src}: no such file or folder")
+    if src.endswith(".gguf") or is_gguf(src):
+        if config is not None or naming != "auto":
+            raise ValueError("config, naming: a GGUF file carries its own config and names")
+        return model_from_gguf(src, dtype=dtype, tokenizer=tokenizer)
     state_dict, model_args = _read_checkpoint(src)
     if config is None and model_args is not None:  # a nanoGPT or llama2.c training checkpoint
         config = config_from_model_args(model_args, state_dict)

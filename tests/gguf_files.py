@@ -1,0 +1,109 @@
+"""Tiny GGUF files written byte by byte with struct, so that tests need NumPy only.
+
+    data = gguf_bytes(metadata=[("general.architecture", STRING, "llama")],
+                      tensors=[("w", (2, 3), F32, raw_bytes)])
+
+Every part can be given wrong on purpose (magic, version, counts, offsets) to test the reader's
+refusals. Also: the GGUF tensors of a minillm model, the way llama.cpp's converter lays them out.
+"""
+import struct
+
+import numpy as np
+
+from minillm.convert.naming import half_to_interleaved
+
+# Metadata value types and a few ggml tensor types, numbered as in the GGUF spec.
+UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY = range(10)
+UINT64, INT64, FLOAT64 = 10, 11, 12
+F32, F16, Q8_0 = 0, 1, 8
+SCALAR_FORMATS = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I",
+                  INT32: "<i", FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q",
+                  FLOAT64: "<d"}
+
+
+def string(text) -> bytes:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def value(value_type, v) -> bytes:
+    """A metadata value; an array is (element type, list of elements)."""
+    if value_type == STRING:
+        return string(v)
+    if value_type == ARRAY:
+        element_type, items = v
+        return (struct.pack("<IQ", element_type, len(items))
+                + b"".join(value(element_type, item) for item in items))
+    return struct.pack(SCALAR_FORMATS[value_type], v)
+
+
+def gguf_bytes(metadata=(), tensors=(), version=3, magic=b"GGUF", alignment=32,
+               n_tensors=None, n_metadata=None, offsets=None) -> bytes:
+    """A whole file. metadata: (key, type, value); tensors: (name, NumPy shape, ggml type,
+    raw bytes). `alignment` pads the data (it is written as general.alignment only when the
+    metadata says so). n_tensors, n_metadata, offsets override the true values."""
+    out = magic + struct.pack("<I", version)
+    out += struct.pack("<QQ", len(tensors) if n_tensors is None else n_tensors,
+                       len(metadata) if n_metadata is None else n_metadata)
+    for key, value_type, v in metadata:
+        out += string(key) + struct.pack("<I", value_type) + value(value_type, v)
+    data, true_offsets = b"", []
+    for _, _, _, raw in tensors:
+        data += b"\0" * (-len(data) % alignment)
+        true_offsets.append(len(data))
+        data += raw
+    for i, (name, shape, ggml_type, _) in enumerate(tensors):
+        offset = true_offsets[i] if offsets is None else offsets[i]
+        out += string(name) + struct.pack("<I", len(shape))
+        out += struct.pack(f"<{len(shape)}Q", *reversed(shape))  # fastest-varying dim first
+        out += struct.pack("<IQ", ggml_type, offset)
+    out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def llama_cpp_tensors(model, permute=True) -> dict:
+    """{GGUF name: float32 array} of a modern minillm model, as llama.cpp's converter writes a
+    Hugging Face Llama (q and k rows permuted to interleaved pairs) or, permute=False, a Qwen2."""
+    cfg, p = model.config, model.params
+    q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    out = {"token_embd.weight": p["tok_emb.weight"], "output_norm.weight": p["final_norm.weight"]}
+    if not cfg.tie_embeddings:
+        out["output.weight"] = p["lm_head.weight"]
+    for i in range(cfg.n_layers):
+        src, dst = f"layers.{i}.", f"blk.{i}."
+        out[dst + "attn_norm.weight"] = p[src + "attn_norm.weight"]
+        for kind in ("weight", "bias") if cfg.bias else ("weight",):
+            qkv = p[src + f"attn.qkv.{kind}"]
+            q, k, v = qkv[:q_rows], qkv[q_rows:q_rows + kv_rows], qkv[q_rows + kv_rows:]
+            if permute:
+                q, k = half_to_interleaved(q, cfg.n_heads), half_to_interleaved(k, cfg.n_kv_heads)
+            out[dst + f"attn_q.{kind}"], out[dst + f"attn_k.{kind}"] = q, k
+            out[dst + f"attn_v.{kind}"] = v
+        out[dst + "attn_output.weight"] = p[src + "attn.out.weight"]
+        out[dst + "ffn_norm.weight"] = p[src + "mlp_norm.weight"]
+        gate_up = p[src + "mlp.gate_up.weight"]
+        out[dst + "ffn_gate.weight"] = gate_up[:cfg.d_ff]
+        out[dst + "ffn_up.weight"] = gate_up[cfg.d_ff:]
+        out[dst + "ffn_down.weight"] = p[src + "mlp.down.weight"]
+    return {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in out.items()}
+
+
+def llama_cpp_metadata(cfg, arch="llama") -> list:
+    """(key, type, value) of the `{arch}.*` hyperparameters llama.cpp writes."""
+    return [("general.architecture", STRING, arch),
+            (f"{arch}.block_count", UINT32, cfg.n_layers),
+            (f"{arch}.context_length", UINT32, cfg.context_length),
+            (f"{arch}.embedding_length", UINT32, cfg.d_model),
+            (f"{arch}.feed_forward_length", UINT32, cfg.d_ff),
+            (f"{arch}.attention.head_count", UINT32, cfg.n_heads),
+            (f"{arch}.attention.head_count_kv", UINT32, cfg.n_kv_heads),
+            (f"{arch}.rope.freq_base", FLOAT32, cfg.rope_theta),
+            (f"{arch}.attention.layer_norm_rms_epsilon", FLOAT32, cfg.norm_eps),
+            (f"{arch}.rope.dimension_count", UINT32, cfg.head_dim)]
+
+
+def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=()) -> bytes:
+    """A float32 GGUF file of a modern minillm model."""
+    tensors = [(name, w.shape, F32, w.tobytes())
+               for name, w in llama_cpp_tensors(model, permute).items()]
+    return gguf_bytes(llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors)
