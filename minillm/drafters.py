@@ -5,6 +5,8 @@ distribution q each guess was drawn from. A drafter changes only the speed, neve
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .generate import kept_on_slide
@@ -64,6 +66,26 @@ class ModelDrafter:
         self.cache.truncate(agree)
         del self.cached[agree:]
         return len(visible)
+
+
+def first_layers(model, n_layers: int):
+    """A self-speculative draft model (early exit, as in LayerSkip, Elhoushi et al., 2024):
+    the target's first `n_layers` blocks, then its final norm and output layer.
+
+    It shares the target's weight arrays (nothing is copied) and gets a cache of its own when
+    a ModelDrafter wraps it, so no second model is needed: its guesses cost n_layers / L of a
+    target step plus the output layer.
+    """
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) \
+            or not 1 <= n_layers <= model.config.n_layers:
+        raise ValueError(f"n_layers: must be an integer in [1, {model.config.n_layers}], "
+                         f"got {n_layers!r}")
+    config = dataclasses.replace(model.config, n_layers=n_layers)
+    params = {name: w for name, w in model.params.items()
+              if not name.startswith("layers.") or int(name.split(".")[1]) < n_layers}
+    draft = dataclasses.replace(model, config=config, params=params)
+    draft.weights = {name: model.weights[name] for name in draft.weights}  # the same arrays
+    return draft
 
 
 class NgramDrafter:

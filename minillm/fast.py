@@ -57,7 +57,8 @@ def prepare(params: dict, tie_embeddings: bool) -> dict:
             weights[name] = w
     if tie_embeddings:
         embedding = params["tok_emb.weight"]
-        weights["lm_head.weight"] = Dense(embedding, columns=np.asfortranarray(embedding))
+        weights["lm_head.weight"] = (Int8(embedding) if isinstance(embedding, QuantizedWeight)
+                                     else Dense(embedding, columns=np.asfortranarray(embedding)))
     return weights
 
 

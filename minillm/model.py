@@ -50,7 +50,7 @@ class Model:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.params["tok_emb.weight"].dtype
+        return self.params["final_norm.weight"].dtype  # the embedding may be int8
 
     @property
     def vocab_size(self) -> int:
@@ -129,7 +129,7 @@ class Model:
     # -- the pieces of forward -------------------------------------------------------------
 
     def _embed(self, tokens, positions):
-        x = self.params["tok_emb.weight"][tokens]  # (B, T, D), a fresh array
+        x = self.params["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
         if self.config.arch == "classic":
             x += self.params["pos_emb.weight"][positions]
         return x

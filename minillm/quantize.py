@@ -86,6 +86,14 @@ class QuantizedWeight:
         q, scale = quantize_rows(w, bits, group_size)
         return cls(q, scale, bits)
 
+    def __getitem__(self, rows) -> np.ndarray:
+        """Rows of W_hat = s Q as float32, e.g. the embedding rows of some tokens: W[tokens]."""
+        q = self.q[rows]  # (..., in)
+        s = self.scale[rows]  # (...,) per row, or (..., G) per group
+        if self.scale.ndim == 1:
+            return q * s[..., None]
+        return (q.reshape(*q.shape[:-1], s.shape[-1], -1) * s[..., None]).reshape(q.shape)
+
     def dequantize(self, dtype=np.float32) -> np.ndarray:
         """W_hat = s Q, a float (out, in) matrix (for inspection and tests, not for matmul)."""
         out_features, in_features = self.q.shape
@@ -125,21 +133,23 @@ def is_linear_weight(name: str) -> bool:
     return name.endswith(LINEAR_SUFFIXES)
 
 
-def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = None):
+def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = None,
+             embeddings: bool = False):
     """A copy of `model` whose linear weights are QuantizedWeight (the float model is unchanged).
 
     Quantized: attn.qkv, attn.out, mlp.up / mlp.gate_up, mlp.down, and lm_head when the output
     layer is untied and not skipped. A name is skipped when it starts with an entry of `skip`.
-    Embeddings, norms and biases stay float; a tied output layer *is* the float embedding, so
-    quantizing never unties it. Already quantized weights are kept as they are.
+    embeddings: quantize the token embedding too, one scale per token's row (a lookup then
+    reads s_t Q_t); a tied output layer *is* the embedding, so it is quantized with it and
+    stays tied. Position embeddings, norms and biases always stay float. Already quantized
+    weights are kept as they are.
     """
     if isinstance(skip, str):
         skip = (skip,)
     params = {}
     for name, value in model.params.items():
-        if (is_linear_weight(name) and isinstance(value, np.ndarray)
-                and not name.startswith(tuple(skip))):
+        wanted = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
+        if wanted and isinstance(value, np.ndarray) and not name.startswith(tuple(skip)):
             value = QuantizedWeight.from_float(value, bits, group_size)
         params[name] = value
     return dataclasses.replace(model, params=params)
-

@@ -186,9 +186,9 @@ def _consumed(params) -> set:
 
 def _read_quantized(name, shape, entries) -> QuantizedWeight:
     """int8 NAME, float32 NAME_scale (out,) or (out, G), integer NAME_bits (docs/FORMAT.md)."""
-    if not is_linear_weight(name):
-        raise WeightsError(f"tensor {name!r} is int8, but only linear-layer weights may be "
-                           "quantized; it must be float32 or float64")
+    if not (is_linear_weight(name) or name == "tok_emb.weight"):
+        raise WeightsError(f"tensor {name!r} is int8, but only linear-layer weights and the "
+                           "token embedding may be quantized; it must be float32 or float64")
     q = entries[name]
     if q.shape != shape:
         raise WeightsError(f"tensor {name!r} has shape {q.shape}; expected {shape}")

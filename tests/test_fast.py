@@ -58,7 +58,7 @@ def _logits_both_ways(model_fast, model_ref, tokens, chunks):
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])
-@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("int8", [False, "blocks", "blocks and embedding"])
 @given(data=st.data())
 def test_fast_model_equals_reference_model(arch, int8, data):
     """Logits with the fast path on equal the reference's (float64, 1e-12), for a prefill and
@@ -68,7 +68,9 @@ def test_fast_model_equals_reference_model(arch, int8, data):
     model_ref = minillm.random_model(cfg, seed=seed, dtype="float64", fast=False)
     model_fast = minillm.random_model(cfg, seed=seed, dtype="float64", fast=True)
     if int8:
-        model_ref, model_fast = minillm.quantize(model_ref), minillm.quantize(model_fast)
+        embeddings = int8 == "blocks and embedding"
+        model_ref = minillm.quantize(model_ref, embeddings=embeddings)
+        model_fast = minillm.quantize(model_fast, embeddings=embeddings)
     assert model_fast.fast and not model_ref.fast
     B = data.draw(st.integers(1, 3))
     T = data.draw(st.integers(1, cfg.context_length))

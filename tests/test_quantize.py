@@ -232,7 +232,7 @@ MALFORMED = {
     "int8 norm": (lambda e: {**e, "final_norm.weight": np.ones(8, np.int8)},
                   "'final_norm.weight' is int8, but only linear-layer weights"),
     "int8 embedding": (lambda e: {**e, "tok_emb.weight": np.ones((30, 8), np.int8)},
-                       "'tok_emb.weight' is int8"),
+                       "int8 tensor 'tok_emb.weight' has no 'tok_emb.weight_scale' entry"),
     "int8 shape": (lambda e: {**e, QKV: np.ones((8, 8), np.int8)}, r"has shape \(8, 8\)"),
     "stray scale": (lambda e: {**e, "final_norm.weight_scale": np.ones(8, np.float32)},
                     "unexpected tensor.*final_norm.weight_scale"),
@@ -287,3 +287,26 @@ def test_quantized_rows_are_row_major_whatever_the_input_layout():
                               n_layers=1, n_heads=2)
     quantized = minillm.quantize(minillm.random_model(cfg))
     assert quantized.params["layers.0.mlp.gate_up.weight"].q.flags.c_contiguous
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_quantized_embeddings_are_looked_up_as_scaled_rows_and_round_trip(arch, tmp_path):
+    cfg = minillm.ModelConfig(arch=arch, vocab_size=40, context_length=12, d_model=16,
+                              n_layers=2, n_heads=2)
+    model = minillm.random_model(cfg, seed=8, dtype="float32", std=0.1)
+    model8 = minillm.quantize(model, embeddings=True)
+    emb = model8.params["tok_emb.weight"]
+    assert isinstance(emb, QuantizedWeight)
+    ids = np.array([[3, 0, 39]])
+    np.testing.assert_array_equal(emb[ids], emb.dequantize()[ids])
+    tokens = np.random.default_rng(9).integers(0, 40, (2, 12))
+    a, b = model.forward(tokens), model8.forward(tokens)
+    cos = (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    assert cos.min() >= 0.999, cos.min()
+    cache = model8.new_cache(2)
+    cached = np.concatenate([model8.forward(tokens[:, t:t + 1], cache) for t in range(12)], 1)
+    np.testing.assert_allclose(cached, b, rtol=0, atol=1e-5)
+    minillm.save(model8, tmp_path / "m.npz")
+    again = minillm.load(tmp_path / "m.npz")
+    assert isinstance(again.params["tok_emb.weight"], QuantizedWeight)
+    np.testing.assert_array_equal(again.forward(tokens), b)

@@ -296,3 +296,22 @@ def test_cli_speculative_bad_input_is_one_line(tmp_path, capsys):
         code = main(base + extra)
         out, err = capsys.readouterr()
         assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
+    from minillm.drafters import first_layers
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=30, context_length=16, d_model=8,
+                              n_layers=3, n_heads=2)
+    target = minillm.random_model(cfg, seed=2, dtype="float64")
+    draft = first_layers(target, 2)
+    assert draft.config.n_layers == 2 and "layers.2.mlp.down.weight" not in draft.params
+    assert all(draft.weights[name] is target.weights[name] for name in draft.weights)
+    reference = minillm.Model(draft.config, dict(draft.params), fast=False)
+    tokens = np.array([[3, 1, 4, 1, 5]])
+    np.testing.assert_allclose(draft.forward(tokens), reference.forward(tokens), atol=1e-12)
+    greedy = minillm.generate(target, [3, 1, 4], 20, temperature=0)
+    ids, stats = speculative_generate(target, draft, [3, 1, 4], 20, k=3, temperature=0)
+    assert ids == greedy and stats.draft_calls > 0
+    with pytest.raises(ValueError, match="n_layers"):
+        first_layers(target, 4)

@@ -1,7 +1,7 @@
 """Quantize a model's linear weights to int8 with one scale per row (or per group).
 
-The embeddings, norms and biases stay float, and so does the output layer (tied to the
-embedding in the modern model). Prints the file size and the resident weight bytes before and
+The norms and biases stay float; so do the embeddings and the output layer (tied to the
+embedding in the modern model) unless --embeddings / --quantize_lm_head ask otherwise. Prints the file size and the resident weight bytes before and
 after.
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ def add_arguments(parser) -> None:
                              "(default: one scale per row)")
     parser.add_argument("--quantize_lm_head", action="store_true",
                         help="quantize an untied output layer too (skipped by default)")
+    parser.add_argument("--embeddings", action="store_true",
+                        help="quantize the token embedding too (and with it a tied output layer)")
 
 
 def _mib(n: int) -> str:
@@ -31,7 +33,7 @@ def run(args) -> int:
 
     model = load(args.input)
     model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,
-                      group_size=args.group_size)
+                      group_size=args.group_size, embeddings=args.embeddings)
     save(model8, args.output)
     before, after = os.path.getsize(args.input), os.path.getsize(args.output)
     resident, resident8 = model.nbytes, model8.nbytes
