@@ -6,6 +6,8 @@ from hypothesis import HealthCheck, settings
 
 def checker_settings(max_examples: int) -> settings:
     """Deterministic (a fixed seed, no example database), no deadline (engines differ in speed),
-    `max_examples` cases before shrinking a failure to a small counterexample."""
+    `max_examples` cases before shrinking a failure to a small counterexample. One failure is
+    reported (the first found, shrunk), as a plain AssertionError rather than a group."""
     return settings(max_examples=max_examples, derandomize=True, deadline=None, database=None,
-                    print_blob=False, suppress_health_check=list(HealthCheck))
+                    print_blob=False, report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck))
