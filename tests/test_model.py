@@ -1,4 +1,5 @@
-"""The forward pass: cached decoding equals the full forward pass, whatever the chunking.
+"""The forward pass: cached decoding equals the full forward pass, whatever the chunking
+(minillm.testing's cache and batch checks, on Hypothesis-drawn tiny models).
 
 Tolerance: in float64, cached and uncached logits agree to 1e-12 (absolute) at every step;
 the only difference between the two paths is the order of floating-point sums.
@@ -9,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
+from minillm.testing import (assert_batch_matches, assert_chunks_match, assert_rollback_matches,
+                             minillm_engine, rollback_cases)
 from tests.helpers import tiny_configs
 
 ATOL = 1e-12
@@ -28,13 +31,11 @@ def test_decode_with_cache_equals_full_forward_at_every_step(data):
     length = data.draw(st.integers(2, cfg.context_length))
     prompt_len = data.draw(st.integers(1, length - 1))
     tokens = _tokens(data.draw, cfg, batch, length)
+    # prefill, then one token a step: each against the uncached pass over the text so far
+    assert_chunks_match(minillm_engine(model), tokens, range(prompt_len, length), atol=ATOL)
     cache = model.new_cache(batch)
-    logits = model.forward(tokens[:, :prompt_len], cache)  # prefill
-    np.testing.assert_allclose(logits, model.forward(tokens[:, :prompt_len]), rtol=0, atol=ATOL)
-    for t in range(prompt_len, length):  # decode, one token a step
-        step = model.forward(tokens[:, t:t + 1], cache)
-        full = model.forward(tokens[:, :t + 1])
-        np.testing.assert_allclose(step[:, 0], full[:, -1], rtol=0, atol=ATOL)
+    for t in range(length):
+        model.forward(tokens[:, t:t + 1], cache)
         assert cache.length == t + 1
 
 
@@ -42,16 +43,13 @@ def test_decode_with_cache_equals_full_forward_at_every_step(data):
 def test_prefill_in_one_call_equals_token_by_token_equals_random_chunks(data):
     cfg = data.draw(tiny_configs())
     model = minillm.random_model(cfg, seed=1, dtype="float64", std=0.5)
+    engine = minillm_engine(model)
     length = data.draw(st.integers(1, cfg.context_length))
     tokens = _tokens(data.draw, cfg, 1, length)
-    whole = model.forward(tokens, model.new_cache())
-    cache = model.new_cache()
-    one_by_one = np.concatenate([model.forward(tokens[:, t:t + 1], cache) for t in range(length)],
-                                axis=1)
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, length - 1)), max_size=4)) | {0, length})
-    cache = model.new_cache()
-    chunks = np.concatenate([model.forward(tokens[:, a:b], cache) for a, b in zip(cuts, cuts[1:])
-                             if b > a], axis=1)
+    whole = assert_chunks_match(engine, tokens, [], atol=ATOL)
+    one_by_one = assert_chunks_match(engine, tokens, range(1, length), atol=ATOL)
+    cuts = data.draw(st.sets(st.integers(1, max(1, length - 1)), max_size=4))
+    chunks = assert_chunks_match(engine, tokens, cuts, atol=ATOL)
     np.testing.assert_allclose(one_by_one, whole, rtol=0, atol=ATOL)
     np.testing.assert_allclose(chunks, whole, rtol=0, atol=ATOL)
     last = data.draw(st.integers(1, length))
@@ -66,19 +64,18 @@ def test_left_padded_rows_equal_their_unpadded_forward(data):
     length = data.draw(st.integers(2, cfg.context_length))
     pads = data.draw(st.lists(st.integers(0, length - 1), min_size=2, max_size=3))
     tokens = _tokens(data.draw, cfg, len(pads), length)
-    cache = model.new_cache(len(pads))
     split = data.draw(st.integers(1, length))
-    padded = model.forward(tokens[:, :split], cache, pad=pads) if split > max(pads) else None
-    if padded is None:  # the prefill must contain at least one real token per row
+    if split <= max(pads):  # the prefill must contain at least one real token per row
         split = length
-        padded = model.forward(tokens, cache, pad=pads)
-    rest = [model.forward(tokens[:, t:t + 1], cache) for t in range(split, length)]
-    padded = np.concatenate([padded] + rest, axis=1)
-    uncached = model.forward(tokens, pad=pads)
-    for row, p in enumerate(pads):
-        alone = model.forward(tokens[row:row + 1, p:])[0]
-        np.testing.assert_allclose(padded[row, p:], alone, rtol=0, atol=ATOL)
-        np.testing.assert_allclose(uncached[row, p:], alone, rtol=0, atol=ATOL)
+    assert_batch_matches(minillm_engine(model), tokens, pads, atol=ATOL, split=split)
+
+
+@given(st.data())
+def test_rollback_equals_the_uncached_text(data):
+    cfg = data.draw(tiny_configs())
+    model = minillm.random_model(cfg, seed=3, dtype="float64", std=0.5)
+    case = data.draw(rollback_cases(cfg.vocab_size, max_batch=2, max_length=cfg.context_length))
+    assert_rollback_matches(minillm_engine(model), *case, atol=ATOL)
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])

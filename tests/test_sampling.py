@@ -7,7 +7,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import minillm
-from minillm.sampling import apply_repetition_penalty, filtered_probs, sample_next_token
+from minillm.sampling import (SamplingConfig, apply_repetition_penalty, filtered_probs,
+                              sample_next_token)
+from minillm.testing import check_sampler
 
 
 @st.composite
@@ -73,7 +75,9 @@ def test_top_k_tie_rule_on_an_exact_tie():
 def test_top_p_keeps_the_smallest_head_whose_mass_reaches_p(z, top_p):
     probs = filtered_probs(z, top_p=top_p)
     for row, p, ref in zip(z, probs, softmax_reference(z)):
-        order = ranked(list(row))
+        # Ranked by probability, as top-p is defined: logits a hair apart (0 and 5e-18) give
+        # equal probabilities, and equal probabilities go by token id.
+        order = ranked(list(ref))
         head = np.cumsum(ref[order])
         assume(np.all(np.abs(head - top_p) > 1e-9))  # no rounding-sized margins
         size = int(np.argmax(head >= top_p)) + 1 if head[-1] >= top_p else len(order)
@@ -185,30 +189,23 @@ def test_float32_logits_and_a_batch_row_by_row():
                                                      min_p=0.05), p)
 
 
-def chi_square_critical(df, z=3.0902):
-    """Wilson-Hilferty approximation of the chi-square quantile; z = 3.0902 is the standard
-    normal 0.999 quantile, so each test below raises a false alarm with probability ~0.001."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
 @pytest.mark.parametrize("knobs", [
     dict(temperature=1.0), dict(temperature=0.6, top_k=6), dict(temperature=1.3, top_p=0.8),
     dict(temperature=0.9, min_p=0.08, repetition_penalty=1.8, history=[[0, 1, 2]])])
 def test_draws_follow_the_filtered_distribution(knobs):
-    # Four tests, each with false-alarm rate 0.001 (about 0.004 in all); fixed seed, so a
-    # given version of the code passes or fails deterministically.
+    """minillm.testing.check_sampler: no filtered-out token is ever drawn, and a chi-square
+    test at the 0.1% level (four tests: about 0.004 false alarms in all; a fixed seed, so a
+    given version of the code passes or fails deterministically)."""
     logits = np.random.default_rng(1).normal(0, 1.5, 20)
-    p = filtered_probs(logits, **knobs)
-    n = 40_000
-    history = None if "history" not in knobs else knobs["history"] * n
-    draws = sample_next_token(np.tile(logits, (n, 1)), **{**knobs, "history": history},
-                              rng=np.random.default_rng(2024))
-    counts = np.bincount(draws, minlength=p.size)
-    assert counts[p == 0].sum() == 0  # a filtered-out token is never drawn
-    alive = p > 0
-    expected = n * p[alive]
-    statistic = ((counts[alive] - expected) ** 2 / expected).sum()
-    assert statistic < chi_square_critical(alive.sum() - 1)
+    history = knobs.get("history")
+
+    def sample(z, rng):
+        rows = None if history is None else history * len(z)
+        return sample_next_token(z, **{**knobs, "history": rows}, rng=rng)
+
+    config = SamplingConfig(**{k: v for k, v in knobs.items() if k != "history"})
+    check_sampler(sample, config, logits, None if history is None else history[0],
+                  draws=40_000, seed=2024)
 
 
 def test_same_seed_same_draws():

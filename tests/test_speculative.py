@@ -1,8 +1,6 @@
 """Speculative decoding is exact: the accept/resample rule reproduces the target's distribution
 for any draft, greedy speculative decoding is greedy decoding, and rollback leaves each cache as
 a fresh prefill of the accepted text would."""
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -16,8 +14,8 @@ from minillm.sampling import SamplingConfig
 from minillm.generate import generate
 from minillm.sampling import draw, filtered_probs
 from minillm.speculative import accept, accept_greedy, residual, speculative_generate
+from minillm.testing import check_speculative, minillm_engine
 from tests.helpers import tiny_configs
-from tests.stats import chi_square, chi_square_critical
 
 
 def distributions(n):
@@ -104,42 +102,26 @@ KNOBS = {
 }
 
 
-def exact_continuations(model, prompt, knobs):
-    """P(c) for every continuation c of NEW tokens, multiplying the model's filtered p."""
-    probs = {}
-    for cont in itertools.product(range(VOCAB), repeat=NEW):
-        text, prob = list(prompt), 1.0
-        for t in cont:
-            logits = model.forward(np.array([text]))[0, -1]
-            prob *= filtered_probs(logits, **knobs, history=[text])[t]
-            text.append(t)
-        probs[cont] = prob
-    return probs
-
-
-def empirical_chi_square(draft, knobs, runs=3000, k=2):
-    exact = exact_continuations(TARGET, PROMPT, knobs)
-    index = {c: i for i, c in enumerate(exact)}
-    counts = np.zeros(len(exact))
-    rng = np.random.default_rng(1234)
-    for _ in range(runs):
-        out, _ = speculative_generate(TARGET, draft, PROMPT, max_new_tokens=NEW, k=k, rng=rng,
+def follows_the_target(draft, knobs, runs=3000, k=2):
+    """minillm.testing's chi-square check at the 0.1% level (a correct sampler fails with
+    probability 1e-3) of speculative_generate's continuations of NEW tokens against the
+    target's exact distribution. Raises AssertionError when they do not follow it."""
+    def generate(prompt, n, rng):
+        out, _ = speculative_generate(TARGET, draft, prompt, max_new_tokens=n, k=k, rng=rng,
                                       **knobs)
-        counts[index[tuple(out[len(PROMPT):])]] += 1
-    stat, df = chi_square(counts, np.array(list(exact.values())))
-    return stat, chi_square_critical(df)
+        return out[len(prompt):]
+
+    check_speculative(generate, minillm_engine(TARGET), PROMPT, SamplingConfig(**knobs),
+                      new_tokens=NEW, runs=runs, seed=1234)
 
 
 @pytest.mark.parametrize("name", sorted(KNOBS))
 def test_output_follows_the_target_distribution_whatever_the_draft(name):
-    """Chi-square at the 0.1% level: a correct sampler fails with probability 1e-3."""
-    stat, critical = empirical_chi_square(DRAFT, KNOBS[name])
-    assert stat < critical
+    follows_the_target(DRAFT, KNOBS[name])
 
 
 def test_ngram_drafter_keeps_the_target_distribution():
-    stat, critical = empirical_chi_square("ngram", KNOBS["filtered"])
-    assert stat < critical
+    follows_the_target("ngram", KNOBS["filtered"])
 
 
 class UnfilteredQDrafter(ModelDrafter):
@@ -159,8 +141,11 @@ class UnfilteredQDrafter(ModelDrafter):
 def test_negative_control_unfiltered_q_is_detected(drafter, detected):
     """The same test with the correct drafter passes, and with the unfiltered q fails."""
     knobs = dict(temperature=1.0, top_k=2)
-    stat, critical = empirical_chi_square(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
-    assert (stat > critical) == detected
+    if detected:
+        with pytest.raises(AssertionError, match="do not follow the target"):
+            follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
+    else:
+        follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
 
 
 def test_negative_control_always_accepting_is_detected(monkeypatch):
@@ -168,8 +153,8 @@ def test_negative_control_always_accepting_is_detected(monkeypatch):
         return len(drafted), draw(p[len(drafted)], v)
 
     monkeypatch.setattr(speculative, "accept", always_accept)
-    stat, critical = empirical_chi_square(DRAFT, KNOBS["plain"])
-    assert stat > critical
+    with pytest.raises(AssertionError, match="do not follow the target"):
+        follows_the_target(DRAFT, KNOBS["plain"])
 
 
 # -- greedy: the same text, token for token ---------------------------------------------------

@@ -1,0 +1,137 @@
+"""minillm.testing pointed at Hugging Face transformers: its models with a DynamicCache, its
+left-padded batches, its sampling processors, and its assisted (speculative) generation.
+
+The adapter (`hf_engine`) is what docs/TESTING.md shows: transformers computes the logits,
+the kit only compares them. Models are the random-init ones of test_transformers_models.py
+(every parameter randomised), in float64 so that tolerances can be tight; what was found is
+written down in docs/TESTING.md.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers peers need torch")
+transformers = pytest.importorskip("transformers", reason="the transformers peers need "
+                                   "transformers (pip install minillm[peers])")
+
+from minillm.sampling import SamplingConfig  # noqa: E402
+from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,  # noqa
+                             check_cache_equivalence, check_filtered_probs, check_sampler,
+                             check_speculative)
+from tests.peers.test_transformers_models import _float64_internals, hf_model  # noqa: E402
+
+NAMES = ["gpt2-h8-tied-gelu", "llama-gqa4:2-h16-tied", "qwen2-bias-gqa6:2-h8-untied"]
+ATOL = 1e-10  # float64; cached and uncached differ only in the order of sums
+
+
+def hf_engine(model) -> Engine:
+    """A transformers causal LM as a minillm.testing.Engine. Padding becomes an attention mask
+    (0 over each row's first pad[r] columns) and position ids that start after it."""
+    vocab, context = model.config.vocab_size, model.config.max_position_embeddings
+
+    def run(tokens, pad, start, past=None):
+        B, T = tokens.shape
+        pad = np.zeros(B, dtype=np.int64) if pad is None else np.asarray(pad)
+        columns = np.arange(start + T)
+        mask = columns[None, :] >= pad[:, None]  # (B, start + T): False on the padding
+        positions = np.maximum(columns[None, start:] - pad[:, None], 0)
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask).long(),
+                        position_ids=torch.tensor(positions), cache=past,
+                        use_cache=past is not None)
+        return out.logits.numpy()
+
+    def new_cache(batch_size, pad=None):
+        return {"past": transformers.DynamicCache(config=model.config), "pad": pad}
+
+    def extend(cache, tokens):
+        start = cache["past"].get_seq_length()
+        return run(tokens, cache["pad"], start, cache["past"])
+
+    def truncate(cache, n):
+        # crop takes how many tokens to remove, as a negative count (transformers >= 5.24);
+        # crop(n) with the length to keep raises for n > 0 and keeps everything for n = 0.
+        cache["past"].crop(n - cache["past"].get_seq_length())
+
+    return Engine(vocab, context, forward=lambda tokens, pad=None: run(tokens, pad, 0),
+                  new_cache=new_cache, extend=extend, truncate=truncate)
+
+
+def float64_model(name, vocab_size=97, seed=0):
+    model = hf_model(name, seed=seed, vocab_size=vocab_size).to(torch.float64)
+    if hasattr(model, "model"):
+        _float64_internals(model)
+    return model
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dynamic_cache_chunks_and_crop_equal_the_uncached_pass(name):
+    check_cache_equivalence(hf_engine(float64_model(name)), atol=ATOL, max_examples=15)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_left_padded_batches_equal_each_row_alone(name):
+    check_batch_equivalence(hf_engine(float64_model(name)), atol=ATOL, max_examples=15)
+
+
+def hf_probs(z, knobs: SamplingConfig):
+    """softmax after transformers' processors for the knobs, in its own order."""
+    processors = [transformers.TemperatureLogitsWarper(knobs.temperature)]
+    if knobs.top_k:
+        processors.append(transformers.TopKLogitsWarper(knobs.top_k))
+    if knobs.top_p:
+        processors.append(transformers.TopPLogitsWarper(knobs.top_p))
+    if knobs.min_p:
+        processors.append(transformers.MinPLogitsWarper(knobs.min_p))
+    scores = torch.tensor(z, dtype=torch.float64)
+    ids = torch.zeros((len(z), 1), dtype=torch.long)
+    for processor in processors:
+        scores = processor(ids, scores)
+    return torch.softmax(scores, dim=-1)
+
+
+KNOBS = [SamplingConfig(temperature=0.7), SamplingConfig(temperature=1.0, top_k=6),
+         SamplingConfig(temperature=1.3, top_p=0.8), SamplingConfig(temperature=0.9, min_p=0.08)]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=str)
+def test_transformers_sampling_draws_follow_minillm_distribution(knobs):
+    """Its processors give minillm's distribution (continuous logits: no ties), and
+    torch.multinomial draws from it."""
+    check_filtered_probs(lambda z: hf_probs(z, knobs).numpy(), knobs, max_examples=15)
+
+    def sample(z, rng):
+        generator = torch.Generator().manual_seed(int(rng.integers(2**63)))
+        return torch.multinomial(hf_probs(z, knobs), 1, generator=generator)[:, 0].numpy()
+
+    check_sampler(sample, knobs, np.random.default_rng(1).normal(0, 1.5, 20))
+
+
+def test_assisted_generation_with_sampling_follows_the_target():
+    """transformers' generate(assistant_model=..., do_sample=True) is speculative sampling:
+    its continuations must follow the target's own distribution. A generate call costs about
+    0.2 s here, so 400 runs, not the kit's default 3000 (docs/TESTING.md gives the power)."""
+    target = float64_model("llama-gqa4:2-h16-tied", vocab_size=4, seed=0)
+    draft = float64_model("gpt2-h8-tied-gelu", vocab_size=4, seed=1)
+    knobs = SamplingConfig(temperature=1.0)
+
+    def generate(prompt, n, rng):
+        torch.manual_seed(int(rng.integers(2**63)))
+        out = target.generate(torch.tensor([prompt]), assistant_model=draft, do_sample=True,
+                              temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=n,
+                              min_new_tokens=n, attention_mask=torch.ones(1, len(prompt)).long(),
+                              pad_token_id=0)
+        return out[0, len(prompt):].tolist()
+
+    check_speculative(generate, hf_engine(target), [1, 2], knobs, new_tokens=3, runs=400)
+
+
+def test_crop_given_the_length_to_keep_is_caught():
+    """The adapter's one trap, found by the kit: DynamicCache.crop(0) read as "keep 0 tokens"
+    removes nothing, so the rolled-back tokens stay visible."""
+    engine = hf_engine(float64_model("llama-gqa4:2-h16-tied"))
+    naive = dataclasses.replace(engine, truncate=lambda cache, n: cache["past"].crop(n))
+    assert_rollback_matches(engine, [[1, 2]], 0, [[3]], atol=ATOL)
+    with pytest.raises(AssertionError, match=r"after truncate\(0\)"):
+        assert_rollback_matches(naive, [[1, 2]], 0, [[3]], atol=ATOL)
