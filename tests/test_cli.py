@@ -139,3 +139,24 @@ def test_the_installed_command_runs_in_a_fresh_process(files):
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--top_k", "abc"], "minillm generate: error: argument --top_k: invalid int"),
+    (["generate", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    (["next", "--top", "many"], "minillm next: error: argument --top"),
+    (["no_such_command"], "minillm: error: argument COMMAND: invalid choice"),
+    ([], "required: COMMAND")])
+def test_argparse_errors_are_one_line_and_exit_code_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err and "usage:" not in err
+
+
+def test_threads_below_one_is_a_one_line_error(files, capsys):
+    code, out, err = run_cli(capsys, "generate", "--threads", 0, "--model_path", files["ids"],
+                             "--prompt_ids", 1)
+    assert code == 2 and out == "" and err.strip() == \
+        "minillm generate: error: --threads: must be at least 1, got 0"

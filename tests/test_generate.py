@@ -153,7 +153,9 @@ def test_float32_model_cached_equals_uncached_greedy():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(prompt_ids=[]), "prompt_ids"), (dict(prompt_ids=[[1], []]), r"prompt_ids\[1\]"),
     (dict(prompt_ids=[1, 99]), "prompt_ids"), (dict(prompt_ids=[-1]), "prompt_ids"),
-    (dict(prompt_ids=np.array([1.5])), "prompt_ids"), (dict(max_new_tokens=-1), "max_new"),
+    (dict(prompt_ids=np.array([1.5])), "prompt_ids"),
+    (dict(prompt_ids=[1.5, 2.0]), "prompt_ids: token ids must be integers"),
+    (dict(max_new_tokens=-1), "max_new"),
     (dict(temperature=-1.0), "temperature"), (dict(top_p=0.0), "top_p"),
     (dict(top_k=-2), "top_k"), (dict(min_p=2.0), "min_p"),
     (dict(repetition_penalty=0.0), "repetition_penalty"),
