@@ -8,18 +8,10 @@ import pytest
 
 import minillm
 from minillm.cli import main
-from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+from tests.helpers import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 258  # the byte tokenizer below: 256 bytes, one merge, one special token
-
-
-def byte_tokenizer():
-    """256 byte tokens, one merge ('Ġ' + 't'), and an end-of-text token."""
-    vocab = {char: byte for byte, char in BYTE_TO_CHAR.items()}
-    vocab["Ġt"] = 256
-    return Tokenizer(vocab, [("Ġ", "t")],
-                     added_tokens=[{"id": 257, "content": "<|endoftext|>", "special": True}])
 
 
 @pytest.fixture(scope="module")
