@@ -205,7 +205,9 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
 def _ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:
     """(B,) booleans: whether each row's new token ends it, being a stop token or completing
     a stop string in the row's new text (texts, None when there are no stop strings)."""
-    ends = np.isin(token, config.stop_tokens)
+    ends = np.zeros(len(token), dtype=bool)
+    if config.stop_tokens:
+        ends |= np.isin(token, config.stop_tokens)
     if texts is not None:
         for r in rows:
             ends[r] |= reached_stop(texts[r], int(token[r]), config.stop_strings)
