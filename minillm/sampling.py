@@ -10,7 +10,11 @@
 Each filter renormalises what survives before the next one looks at it. Everything works on a
 batch of rows (B, V) at once; a single row (V,) is accepted too.
 
-Where Hugging Face transformers' logits processors define the edge cases differently:
+The order is that of Hugging Face transformers' logits processors (repetition penalty on the
+logits, then temperature, top-k, top-p, min-p), and so are the common cases: top_k >= V,
+top_p = 1 and min_p = 0 keep everything; min-p keeps p_i >= min_p max_j p_j, equality
+included; the most likely token always survives. Where transformers defines the edge cases
+differently:
 - top-k: transformers keeps every token tied with the k-th largest logit (possibly more than k);
   here exactly k survive and ties are broken towards the lowest token id, the same rule as
   greedy's argmax, so top_k=1 is greedy.

@@ -26,6 +26,7 @@ import numpy as np
 from .drafters import ModelDrafter, NgramDrafter
 from .generate import check_prompts, generation_config, is_batch, kept_on_slide
 from .sampling import SamplingConfig, draw, probabilities, sample
+from .stopping import reached_stop, start_text
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -89,29 +90,31 @@ class SpeculativeStats:
 
 def speculative_generate(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
                          top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                         stop_tokens=(), rng=None, ngram=3):
+                         stop_tokens=(), rng=None, ngram=3, stop_strings=()):
     """Prompt + new tokens from `target`, with guesses from `draft`, and the SpeculativeStats.
 
     draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
     `ngram` tokens), or any object with propose(text, k, rng) -> (guesses, q) and a `calls`
     counter. The output has the distribution of minillm.generate with the same knobs; at
-    temperature 0 it is the same text, token for token, window slides included.
+    temperature 0 it is the same text, token for token, window slides included. Stop tokens
+    and stop strings end the text as in minillm.generate.
     """
     stats = SpeculativeStats()
     new = list(speculative_stream(target, draft, prompt_ids, max_new_tokens, k, temperature,
                                   top_k, top_p, min_p, repetition_penalty, seed, stop_tokens,
-                                  rng, ngram, stats))
+                                  rng, ngram, stats, stop_strings))
     return [int(t) for t in prompt_ids] + new, stats
 
 
 def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
                        top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                       stop_tokens=(), rng=None, ngram=3, stats=None):
+                       stop_tokens=(), rng=None, ngram=3, stats=None, stop_strings=()):
     """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
     updated as it goes. Arguments are checked here, before the first token."""
     vocab = target.config.vocab_size
     config = generation_config(vocab, max_new_tokens, temperature, top_k, top_p, min_p,
-                               repetition_penalty, seed, stop_tokens)
+                               repetition_penalty, seed, stop_tokens, stop_strings,
+                               target.tokenizer if stop_strings else None)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k: must be an integer >= 1, got {k!r}")
     if is_batch(prompt_ids):
@@ -153,9 +156,11 @@ def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingCon
 
 
 def _rounds(target, drafter, text, config, k, rng, stats):
-    """Rounds until a stop token or max_new_tokens; the bookkeeping of the window and stats."""
+    """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
+    window and stats."""
     started = time.perf_counter()
     W = target.config.context_length
+    new_text = start_text(target.tokenizer, text) if config.stop_strings else None
     cache = target.new_cache()
     start = max(0, len(text) - W)  # the view is text[start:], as in generate
     while stats.new_tokens < config.max_new_tokens:
@@ -174,6 +179,8 @@ def _rounds(target, drafter, text, config, k, rng, stats):
             stats.seconds = time.perf_counter() - started
             yield t
             if t in config.stop_tokens or stats.new_tokens == config.max_new_tokens:
+                return
+            if new_text is not None and reached_stop(new_text, t, config.stop_strings):
                 return
         if len(text) - start > W:  # the view overflowed with the last token: slide
             start = len(text) - kept_on_slide(W)

@@ -38,16 +38,34 @@ def save(model: Model, path) -> None:
         arrays[TOKENIZER_CONFIG_KEY] = np.array(model.tokenizer.config.to_json())
     for name, value in model.params.items():
         arrays.update(_tensor_entries(name, value))
-    # Write beside the target and rename: a crash never leaves half a file under the real name.
+    write_replacing(path, lambda f: np.savez(f, **arrays))
+
+
+def write_replacing(path, write) -> None:
+    """Write a file beside `path` and rename it into place: a crash never leaves half a file
+    under the real name. write(f) fills the open binary file f.
+
+    The file gets the permissions open() would give it, 0o666 less the umask: mkstemp
+    creates its files readable by their owner only (0o600), fine for a temporary file, not
+    for a model others on the machine may read.
+    """
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask. The only way to read it is to set it, so set it back at once."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _tensor_entries(name, value) -> dict:

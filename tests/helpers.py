@@ -1,7 +1,8 @@
-"""Hypothesis strategies for tiny model configs, shared by the test modules."""
+"""Hypothesis strategies for tiny model configs and a byte tokenizer, shared by the test modules."""
 from hypothesis import strategies as st
 
 import minillm
+from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
 
 
 @st.composite
@@ -29,3 +30,11 @@ def tiny_configs(draw, arch=None, context_length=None):
         activation=activation,
         rope_theta=draw(st.sampled_from([100.0, 10000.0])),
     )
+
+
+def byte_tokenizer():
+    """256 byte tokens, one merge ('Ġ' + 't'), and an end-of-text token: 258 ids."""
+    vocab = {char: byte for byte, char in BYTE_TO_CHAR.items()}
+    vocab["Ġt"] = 256
+    return Tokenizer(vocab, [("Ġ", "t")],
+                     added_tokens=[{"id": 257, "content": "<|endoftext|>", "special": True}])

@@ -1,4 +1,6 @@
 """The `minillm generate` and `minillm next` commands: real runs and every bad input."""
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -8,18 +10,10 @@ import pytest
 
 import minillm
 from minillm.cli import main
-from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+from tests.helpers import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 258  # the byte tokenizer below: 256 bytes, one merge, one special token
-
-
-def byte_tokenizer():
-    """256 byte tokens, one merge ('Ġ' + 't'), and an end-of-text token."""
-    vocab = {char: byte for byte, char in BYTE_TO_CHAR.items()}
-    vocab["Ġt"] = 256
-    return Tokenizer(vocab, [("Ġ", "t")],
-                     added_tokens=[{"id": 257, "content": "<|endoftext|>", "special": True}])
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +59,52 @@ def test_generate_text_through_the_tokenizer_and_its_stop_token(files, capsys):
     assert code == 0 and out == model.tokenizer.decode(expected) + "\n"
     code, out2, _ = run_cli(capsys, "generate", "--model_path", files["text"], "--prompt",
                             "Hi there", "--max_new_tokens", 15, "--top_k", 20, "--seed", 1,
-                            "--stop", "<|endoftext|>")
+                            "--stop_ids", "257")
     assert code == 0 and out2 == out
+
+
+def test_generate_stops_at_a_stop_text_and_does_not_print_it(files, capsys):
+    model = minillm.load(files["text"])
+    prompt = model.tokenizer.encode("Hi there")
+    free = model.tokenizer.decode(minillm.generate(model, prompt, 30, temperature=0)
+                                  [len(prompt):])
+    stops = [free[12:14], free[20:23]]
+    shown = free[:min(i for i in (free.find(stop) for stop in stops) if i >= 0)]
+    expected = minillm.generate(model, prompt, 30, temperature=0, stop_strings=stops)
+    for extra in ([], ["--no_cache"], ["--draft", "ngram"]):
+        code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
+                                 "--max_new_tokens", 30, "--greedy", "--stop", stops[0],
+                                 "--stop", stops[1], *extra)
+        assert code == 0 and out == "Hi there" + shown + "\n"
+        assert f"[{len(expected) - len(prompt)} tokens" in err
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
+                           "--max_new_tokens", 30, "--greedy", "--stop", "not in the text")
+    assert code == 0 and out == "Hi there" + free + "\n"
+
+
+def test_generate_prints_the_logprobs_table(files, capsys):
+    model = minillm.load(files["text"])
+    prompt = model.tokenizer.encode("Hi")
+    rollout = minillm.generate(model, prompt, 8, temperature=0.7, seed=4, return_logprobs=True,
+                               prompt_logprobs=True)
+    code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], "Hi",
+                             "--max_new_tokens", 8, "--temperature", 0.7, "--seed", 4,
+                             "--logprobs")
+    assert code == 0 and "8 tokens" in err
+    header, *rows = [line.split("\t") for line in out.splitlines()]
+    assert header == ["kind", "token", "logprob", "raw", "text"]
+    assert [r[0] for r in rows] == ["prompt"] * len(prompt) + ["new"] * 8
+    assert [int(r[1]) for r in rows] == rollout.tokens
+    assert rows[0][2:4] == ["-", "-"] and rows[1][2] == "-"
+    np.testing.assert_allclose([float(r[3]) for r in rows[1:]],
+                               rollout.prompt_logprobs[1:] + rollout.raw_logprobs, atol=1e-6)
+    np.testing.assert_allclose([float(r[2]) for r in rows[len(prompt):]], rollout.logprobs,
+                               atol=1e-6)
+    assert [json.loads(r[4]) for r in rows] == [model.tokenizer.decode([t])
+                                                for t in rollout.tokens]
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                           "1,2", "--max_new_tokens", 3, "--logprobs")
+    assert code == 0 and [line.split("\t")[4] for line in out.splitlines()[1:]] == ["-"] * 5
 
 
 def test_next_shows_candidates_and_survivors(files, capsys):
@@ -111,8 +149,10 @@ def test_bad_input_is_one_line_and_exit_code_2(files, capsys, command, argv, mes
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max_new_tokens", "-1"], "max_new_tokens"), (["--stop", "nope"], "--stop"),
-    (["--stop", "999"], "stop_tokens")])
+    (["--max_new_tokens", "-1"], "max_new_tokens"), (["--stop_ids", "nope"], "--stop_ids"),
+    (["--stop_ids", "999"], "stop_tokens"), (["--stop", "x"], "stop_strings: this model has no"),
+    (["--stop", ""], "stop_strings: must be non-empty"),
+    (["--logprobs", "--draft", "ngram"], "--logprobs: not with speculative decoding")])
 def test_bad_generate_only_flags(files, capsys, argv, message):
     code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                              "1", *argv)
@@ -139,3 +179,39 @@ def test_the_installed_command_runs_in_a_fresh_process(files):
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--top_k", "abc"], "minillm generate: error: argument --top_k: invalid int"),
+    (["generate", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    (["next", "--top", "many"], "minillm next: error: argument --top"),
+    (["no_such_command"], "minillm: error: argument COMMAND: invalid choice"),
+    ([], "required: COMMAND")])
+def test_argparse_errors_are_one_line_and_exit_code_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err and "usage:" not in err
+
+
+def test_threads_below_one_is_a_one_line_error(files, capsys):
+    code, out, err = run_cli(capsys, "generate", "--threads", 0, "--model_path", files["ids"],
+                             "--prompt_ids", 1)
+    assert code == 2 and out == "" and err.strip() == \
+        "minillm generate: error: --threads: must be at least 1, got 0"
+
+
+def test_the_text_writer_holds_back_what_may_still_become_a_stop_text():
+    from minillm.cli.generate import text_writer
+
+    out = io.StringIO()
+    write = text_writer(byte_tokenizer(), out, ["END"])
+    write(list(b"END? "), new=False)  # the prompt is printed as it is
+    shown = []
+    for byte in b"hi EN!ok ENDx":
+        write([byte])
+        shown.append(out.getvalue())
+    write([], end=True)
+    assert shown[:6] == ["END? h", "END? hi", "END? hi ", "END? hi ", "END? hi ", "END? hi EN!"]
+    assert shown[-1] == out.getvalue() == "END? hi EN!ok "

@@ -3,6 +3,9 @@
 Checkpoints here are dicts of NumPy arrays built from a minillm model by hand, in each source
 layout; converting them back must give the model's tensors exactly (no arithmetic happens).
 """
+import os
+import stat
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -276,6 +279,22 @@ def test_export_rejects_what_the_target_cannot_express():
                                  n_layers=1, n_heads=1, activation="gelu")
     with pytest.raises(ValueError, match="activation 'gelu'"):
         config_to_hf(modern)
+
+
+def test_export_writes_files_with_the_permissions_open_would_give_them(tmp_path):
+    pytest.importorskip("safetensors")
+    from minillm.convert import export_hf
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    old = os.umask(0o027)
+    try:
+        export_hf(minillm.random_model(cfg, seed=0), tmp_path)
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    for name in ("config.json", "model.safetensors"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640
 
 
 # -- command line errors (no optional package needed to get them) -----------------------------

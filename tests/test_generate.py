@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import minillm
 from minillm.sampling import sample
-from minillm.generate import generate, stream
+from minillm.generate import Rollout, generate, stream
 from tests.helpers import tiny_configs
 
 
@@ -153,7 +153,9 @@ def test_float32_model_cached_equals_uncached_greedy():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(prompt_ids=[]), "prompt_ids"), (dict(prompt_ids=[[1], []]), r"prompt_ids\[1\]"),
     (dict(prompt_ids=[1, 99]), "prompt_ids"), (dict(prompt_ids=[-1]), "prompt_ids"),
-    (dict(prompt_ids=np.array([1.5])), "prompt_ids"), (dict(max_new_tokens=-1), "max_new"),
+    (dict(prompt_ids=np.array([1.5])), "prompt_ids"),
+    (dict(prompt_ids=[1.5, 2.0]), "prompt_ids: token ids must be integers"),
+    (dict(max_new_tokens=-1), "max_new"),
     (dict(temperature=-1.0), "temperature"), (dict(top_p=0.0), "top_p"),
     (dict(top_k=-2), "top_k"), (dict(min_p=2.0), "min_p"),
     (dict(repetition_penalty=0.0), "repetition_penalty"),
@@ -171,3 +173,81 @@ def test_bad_arguments_are_errors_before_the_first_token(kwargs, match):
 
 def test_exported():
     assert minillm.generate is generate
+
+
+def views_of(prompt, new_tokens, W):
+    """The view of the text each new token was drawn after, by the seed's slide policy."""
+    view, views = list(prompt)[-W:], []
+    for token in new_tokens:
+        views.append(list(view))
+        view = view + [token] if len(view) < W else (view + [token])[-max(1, W // 2):]
+    return views
+
+
+def log_softmax(z):
+    z = np.asarray(z, dtype=np.float64)
+    return z - z.max(axis=-1, keepdims=True) - np.log(
+        np.exp(z - z.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+@given(data=st.data())
+def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
+    cfg = data.draw(tiny_configs(arch=arch))
+    model = _model(cfg)
+    W = cfg.context_length
+    prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
+    knobs = dict(temperature=data.draw(st.sampled_from([0.0, 0.7, 1.5])),
+                 top_k=data.draw(st.sampled_from([None, 5])),
+                 top_p=data.draw(st.sampled_from([None, 0.9])),
+                 min_p=data.draw(st.sampled_from([None, 0.05])),
+                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
+    n, use_cache = 2 * W + 1, data.draw(st.booleans())  # every row slides at least once
+    rollouts = generate(model, prompts, n, seed=7, use_cache=use_cache, return_logprobs=True,
+                        prompt_logprobs=True, **knobs)
+    assert [r.tokens for r in rollouts] == generate(model, prompts, n, seed=7, **knobs)
+    for prompt, rollout in zip(prompts, rollouts):
+        new = rollout.new_tokens
+        assert rollout.tokens == prompt + new and len(new) == n
+        assert len(rollout.logprobs) == len(rollout.raw_logprobs) == n
+        for i, (view, token) in enumerate(zip(views_of(prompt, new, W), new)):
+            z = model.forward(np.array([view]))[0, -1]
+            drawn_from = minillm.filtered_probs(z, **knobs, history=np.array([view]))
+            assert abs(rollout.logprobs[i] - np.log(drawn_from[token])) < 1e-10
+            assert abs(rollout.raw_logprobs[i] - log_softmax(z)[token]) < 1e-10
+        seen = prompt[-W:]
+        logp = log_softmax(model.forward(np.array([seen]))[0])
+        expected = [logp[c, seen[c + 1]] for c in range(len(seen) - 1)]
+        assert rollout.prompt_logprobs[:len(prompt) - len(seen) + 1] == \
+            [None] * (len(prompt) - len(seen) + 1)
+        np.testing.assert_allclose(rollout.prompt_logprobs[len(prompt) - len(seen) + 1:],
+                                   expected, rtol=0, atol=1e-10)
+
+
+def test_logprobs_of_one_prompt_and_the_default_return_value():
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    plain = generate(model, [1, 2, 3], 6, seed=1)
+    assert isinstance(plain, list) and all(isinstance(t, int) for t in plain)
+    rollout = generate(model, [1, 2, 3], 6, seed=1, return_logprobs=True)
+    assert isinstance(rollout, Rollout)
+    assert rollout.tokens == plain and rollout.prompt_logprobs is None
+    greedy = generate(model, [1, 2, 3], 6, temperature=0, return_logprobs=True)
+    assert greedy.logprobs == [0.0] * 6 and all(lp < 0 for lp in greedy.raw_logprobs)
+    assert generate(model, [1, 2, 3], 0, prompt_logprobs=True).logprobs == []
+
+
+@pytest.mark.parametrize("prompts", [[[1, 2, 3, 4, 5]], [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]])
+def test_a_window_slide_costs_one_forward_pass(monkeypatch, prompts):
+    # Rows that slide together read their kept tokens again; the new token's own pass would
+    # be thrown away, so it is not made: one forward pass per new token after the prefill.
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=30, context_length=6, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
+    n = 20  # the window (6) slides to 3 tokens and fills again: 6 slides
+    generate(model, prompts, n, temperature=0)
+    assert len(calls) == 1 + (n - 1)

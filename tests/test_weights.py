@@ -1,5 +1,7 @@
 """The .npz format: exact round trip, and one clear WeightsError per malformed file."""
 import json
+import os
+import stat
 import zipfile
 
 import numpy as np
@@ -107,3 +109,14 @@ def test_corrupted_member_is_reported(tmp_path):
             dst.writestr(info, data)
     with pytest.raises(minillm.WeightsError, match="tok_emb.weight"):
         minillm.load(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_saved_file_has_the_permissions_open_would_give_it(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        minillm.save(minillm.random_model(CFG, seed=0), tmp_path / "m.npz")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "m.npz").st_mode) == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]  # no temporary file left

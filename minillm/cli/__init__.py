@@ -26,8 +26,16 @@ COMMANDS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose own errors (an unknown flag, a value of the wrong type) are one
+    line and exit code 2, like every other error of the command, instead of the usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minillm", description="LLM inference in NumPy.")
+    parser = Parser(prog="minillm", description="LLM inference in NumPy.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--threads", type=int, default=1, metavar="N",
                         help="BLAS threads for NumPy (default 1: small matrices gain nothing "

@@ -6,15 +6,30 @@
     minillm generate --model_path M.npz --int8 "Once upon a time"
     minillm generate --model_path M.npz --draft_model D.npz --draft_k 4 "Once upon a time"
     minillm generate --model_path M.npz --draft ngram "Once upon a time"
+    minillm generate "In the beginning" --stop "." --stop "\n\n"     # end at either text
+    minillm generate "In the beginning" --logprobs --max_new_tokens 10
 
-The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr.
+The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr. Generation
+ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
+a --stop text, which is not printed.
+
+--logprobs prints a table instead of the text, one token a line, tab-separated:
+    kind       prompt or new
+    token      the token id
+    logprob    ln p(token) under the distribution it was drawn from, every knob applied
+               (- for a prompt token, which was not drawn)
+    raw        ln p(token) under the model's own softmax at temperature 1 (- for the
+               first token of the prompt: nothing precedes it)
+    text       the token's text as a JSON string (- without a tokenizer)
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 
+from ..stopping import find_stop, undecided_length
 from .usage import UsageError
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
@@ -40,9 +55,15 @@ def add_arguments(parser) -> None:
                              help="guesses per target pass (default 4)")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
-    parser.add_argument("--stop", default=None, metavar="TOKENS",
-                        help="comma-separated stop tokens: ids, or token texts when the model "
-                             "has a tokenizer (default: its end tokens, if any)")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="end when the new text contains TEXT, and print the text before "
+                             "it (repeatable; needs a tokenizer)")
+    parser.add_argument("--stop_ids", default=None, metavar="IDS",
+                        help="comma-separated token ids that end the text, e.g. 0,2 "
+                             "(default: the tokenizer's end tokens, if any)")
+    parser.add_argument("--logprobs", action="store_true",
+                        help="print a table of every token's log-probability instead of the "
+                             "text (layout above)")
 
 
 # -- arguments shared with `minillm next` ---------------------------------------------------
@@ -128,21 +149,11 @@ def parse_ids(text: str, flag: str) -> list[int]:
 
 
 def stop_tokens(text, model) -> list[int]:
-    """--stop: ids or token texts; by default the tokenizer's end tokens."""
-    tokenizer = model.tokenizer
-    if text is None:  # every end token the tokenizer names (<|im_end|> for a chat model)
-        return [] if tokenizer is None else list(tokenizer.eos_token_ids)
-    stops = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        if item.lstrip("-").isdigit():
-            stops.append(int(item))
-            continue
-        found = None if tokenizer is None else tokenizer.token_to_id(item)
-        if found is None:
-            raise UsageError(f"--stop: {item!r} is neither a token id nor a token of this "
-                             "model's tokenizer")
-        stops.append(found)
-    return stops
+    """--stop_ids, or by default every end token the tokenizer names (<|im_end|> for a chat
+    model)."""
+    if text is None:
+        return [] if model.tokenizer is None else list(model.tokenizer.eos_token_ids)
+    return parse_ids(text, "--stop_ids")
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -162,24 +173,48 @@ def token_stream(model, prompt, args, stats=None):
             raise UsageError("--no_cache: speculative decoding always uses the KV cache")
         return speculative_stream(model, draft, prompt, args.max_new_tokens, args.draft_k,
                                   **sampling_knobs(args), seed=args.seed,
-                                  stop_tokens=stop_tokens(args.stop, model), stats=stats)
+                                  stop_tokens=stop_tokens(args.stop_ids, model), stats=stats,
+                                  stop_strings=args.stop)
     return stream(model, prompt, args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
-                  stop_tokens=stop_tokens(args.stop, model), use_cache=not args.no_cache)
+                  stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
+                  stop_strings=args.stop)
 
 
-def text_writer(tokenizer, out):
+def text_writer(tokenizer, out, stop_strings=()):
     """write(ids) prints tokens as they come: text through the tokenizer's incremental
-    decoder (never half a UTF-8 character), or the ids themselves when there is none."""
+    decoder (never half a UTF-8 character), or the ids themselves when there is none.
+
+    The new text (new=True) is printed up to the first stop string, never into it: its end,
+    while it may still grow into a stop string, waits for the next token.
+    """
     decoder = None if tokenizer is None else tokenizer.stream_decoder()
     known = 0 if tokenizer is None else len(tokenizer)  # a model may have spare ids beyond
+    pending = ""  # new text not printed yet
+    stopped = False
 
-    def write(ids, end=False):
+    def write(ids, end=False, new=True):
         if decoder is None:
             out.write("".join(f"{i} " for i in ids))
         else:
-            out.write("".join(decoder.push(i) if i < known else f"<{i}>" for i in ids)
-                      + (decoder.flush() if end else ""))
+            text = "".join(decoder.push(i) if i < known else f"<{i}>" for i in ids) \
+                + (decoder.flush() if end else "")
+            if new and stop_strings:
+                text = printable(text, end)
+            out.write(text)
         out.flush()
+
+    def printable(text, end):
+        nonlocal pending, stopped
+        if stopped:
+            return ""
+        pending += text
+        cut = find_stop(pending, stop_strings)
+        if cut is not None:
+            stopped = True
+            return pending[:cut]
+        ready = len(pending) - (0 if end else undecided_length(pending, stop_strings))
+        text, pending = pending[:ready], pending[ready:]
+        return text
 
     return write
 
@@ -189,10 +224,12 @@ def run(args) -> int:
     prompt = prompt_ids(args, model)
     from ..speculative import SpeculativeStats
 
+    if args.logprobs:
+        return print_logprobs(model, prompt, args)
     stats = SpeculativeStats()
     tokens = token_stream(model, prompt, args, stats)  # checks every knob before any output
-    write = text_writer(model.tokenizer, sys.stdout)
-    write(prompt)
+    write = text_writer(model.tokenizer, sys.stdout, args.stop)
+    write(prompt, new=False)
     start, n = time.perf_counter(), 0
     for token in tokens:
         write([token])
@@ -209,3 +246,41 @@ def run(args) -> int:
               f"{stats.target_calls} target passes, {stats.draft_calls} draft passes]",
               file=sys.stderr)
     return 0
+
+
+def print_logprobs(model, prompt, args) -> int:
+    """--logprobs: generate, then print every token with its log-probabilities (layout in the
+    module's docstring)."""
+    from ..generate import generate
+
+    if args.draft is not None or args.draft_model is not None:
+        raise UsageError("--logprobs: not with speculative decoding (--draft, --draft_model)")
+    start = time.perf_counter()
+    rollout = generate(model, prompt, args.max_new_tokens, **sampling_knobs(args),
+                       seed=args.seed, stop_tokens=stop_tokens(args.stop_ids, model),
+                       use_cache=not args.no_cache, stop_strings=args.stop,
+                       prompt_logprobs=True)
+    seconds = time.perf_counter() - start
+    print("kind\ttoken\tlogprob\traw\ttext")
+    for token, raw in zip(prompt, rollout.prompt_logprobs):
+        print(f"prompt\t{token}\t-\t{number(raw)}\t{token_text(model.tokenizer, token)}")
+    for token, drawn, raw in zip(rollout.new_tokens, rollout.logprobs, rollout.raw_logprobs):
+        print(f"new\t{token}\t{number(drawn)}\t{number(raw)}\t"
+              f"{token_text(model.tokenizer, token)}")
+    n = len(rollout.logprobs)
+    print(f"[{n} tokens in {seconds:.2f} s, prompt {len(prompt)} tokens; new tokens: "
+          f"{sum(rollout.logprobs):.4f} nats as drawn, {sum(rollout.raw_logprobs):.4f} at "
+          "temperature 1]", file=sys.stderr)
+    return 0
+
+
+def number(x) -> str:
+    return "-" if x is None else f"{x:.6f}"
+
+
+def token_text(tokenizer, token: int) -> str:
+    """One token's text as a JSON string (escapes keep a table's columns), or "-"."""
+    if tokenizer is None:
+        return "-"
+    text = tokenizer.decode([token]) if token < len(tokenizer) else f"<{token}>"
+    return json.dumps(text, ensure_ascii=False)

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from ..weights import write_replacing
 from .gguf import is_gguf
 from .gguf_model import model_from_gguf
 from .hf_config import config_from_hf, config_to_hf
@@ -197,12 +198,12 @@ def export_hf(model, out_dir) -> None:
     if not all(isinstance(w, np.ndarray) for w in model.params.values()):
         raise ValueError("model: quantized weights cannot be exported; export the float model")
     config = config_to_hf(model.config, dtype=str(model.dtype))  # raises if not expressible
-    save_file = _require("safetensors.numpy", "convert", "writing model.safetensors").save_file
+    safetensors = _require("safetensors.numpy", "convert", "writing model.safetensors")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
-    save_file(to_hf_state_dict(model), os.path.join(out_dir, "model.safetensors"),
-              metadata={"format": "pt"})
+    data = safetensors.save(to_hf_state_dict(model), metadata={"format": "pt"})  # bytes
+    write_replacing(os.path.join(out_dir, "model.safetensors"), lambda f: f.write(data))
     if model.tokenizer is not None:
         with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
             f.write(model.tokenizer.to_json())
