@@ -31,7 +31,7 @@ def evaluate(model, token_ids, window=None, progress=None):
     ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
     if len(ids) < 2:
         raise ValueError("need at least two tokens to measure a loss")
-    window = window or model.config.context_length
+    window = model.config.context_length if window is None else window
     if not 0 < window <= model.config.context_length:
         raise ValueError(f"window {window} must be between 1 and the context length "
                          f"{model.config.context_length}")

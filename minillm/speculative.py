@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from .drafters import ModelDrafter, NgramDrafter
 from .generate import check_prompts, generation_config, is_batch, kept_on_slide
 from .sampling import SamplingConfig, draw, probabilities, sample
+from .tokenizer import same_tokens
 from .stopping import reached_stop, start_text
 
 
@@ -120,7 +122,7 @@ def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, tempe
     if is_batch(prompt_ids):
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
     check_prompts(prompt_ids, vocab)
-    drafter = make_drafter(draft, vocab, config.sampling, ngram)
+    drafter = make_drafter(draft, vocab, config.sampling, ngram, target.tokenizer)
     rng = np.random.default_rng(config.seed) if rng is None else rng
     stats = SpeculativeStats() if stats is None else stats
     text = [int(t) for t in prompt_ids]
@@ -187,8 +189,13 @@ def _rounds(target, drafter, text, config, k, rng, stats):
             cache.reset()
 
 
-def make_drafter(draft, vocab, knobs: SamplingConfig, ngram):
-    """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object."""
+def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):
+    """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object.
+
+    A draft model must speak the target's tokenizer (`tokenizer`), not only have as many ids:
+    the same id must mean the same text. Tokenizers carried in both files are compared; a model
+    without one is taken on trust, with a warning.
+    """
     if isinstance(draft, str):
         if draft != "ngram":
             raise ValueError(f"draft: expected a model or 'ngram', got {draft!r}")
@@ -198,4 +205,12 @@ def make_drafter(draft, vocab, knobs: SamplingConfig, ngram):
     if draft.config.vocab_size != vocab:
         raise ValueError(f"draft: its vocabulary has {draft.config.vocab_size} tokens, the "
                          f"target's {vocab}; both must share one tokenizer")
+    theirs = getattr(draft, "tokenizer", None)
+    if theirs is None or tokenizer is None:
+        if theirs is not tokenizer:
+            warnings.warn("draft: the draft or the target model carries no tokenizer, so they "
+                          "cannot be checked to share one", stacklevel=3)
+    elif not same_tokens(theirs, tokenizer):
+        raise ValueError("draft: its tokenizer differs from the target's; both must share one "
+                         "tokenizer (the same ids for the same text)")
     return ModelDrafter(draft, knobs)

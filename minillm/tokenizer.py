@@ -622,6 +622,13 @@ def _merge_pair(symbols, pair):
     return merged
 
 
+def same_tokens(a: Tokenizer, b: Tokenizer) -> bool:
+    """Whether two tokenizers turn the same text into the same ids and back: the same
+    vocabulary, merges, added tokens and pre-tokenizer (formatting of their files aside)."""
+    return a is b or (a.vocab == b.vocab and a.ranks == b.ranks
+                      and a.added_tokens == b.added_tokens and a.pre_tokenizer == b.pre_tokenizer)
+
+
 class StreamDecoder:
     """Decode one token at a time without ever printing half a UTF-8 character.
 

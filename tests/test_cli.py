@@ -215,3 +215,14 @@ def test_the_text_writer_holds_back_what_may_still_become_a_stop_text():
     write([], end=True)
     assert shown[:6] == ["END? h", "END? hi", "END? hi ", "END? hi ", "END? hi ", "END? hi EN!"]
     assert shown[-1] == out.getvalue() == "END? hi EN!ok "
+
+
+def test_refused_not_ignored(capsys):
+    from minillm.cli import main
+
+    assert main(["eval", "--window", "0", "--max_tokens", "20"]) == 2
+    assert "--window: must be in [1, " in capsys.readouterr().err
+    assert main(["generate", "--draft_k", "3", "--max_new_tokens", "2", "In"]) == 2
+    assert "--draft_k: guesses need a drafter" in capsys.readouterr().err
+    assert main(["generate", "--draft", "ngram", "--draft_k", "0", "In"]) == 2
+    assert "--draft_k: must be at least 1" in capsys.readouterr().err

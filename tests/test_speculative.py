@@ -300,3 +300,21 @@ def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
     assert ids == greedy and stats.draft_calls > 0
     with pytest.raises(ValueError, match="n_layers"):
         first_layers(target, 4)
+
+
+def test_a_draft_model_must_share_the_targets_tokenizer():
+    from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=16, d_model=8,
+                              n_layers=1, n_heads=2)
+    bytes_only = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    target, draft = (minillm.random_model(cfg, seed=s) for s in (1, 2))
+    target.tokenizer = Tokenizer(bytes_only, [["a", "b"]])
+    draft.tokenizer = Tokenizer(bytes_only, [["a", "b"]])  # equal, another object
+    speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+    draft.tokenizer = Tokenizer(bytes_only, [["b", "a"]])  # other merges
+    with pytest.raises(ValueError, match="tokenizer differs from the target's"):
+        speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+    draft.tokenizer = None
+    with pytest.warns(UserWarning, match="carries no tokenizer"):
+        speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)

@@ -52,6 +52,9 @@ def run(args) -> int:
         raise UsageError(f"--text: {path} holds fewer than two tokens")
     start = time.perf_counter()
     live = sys.stderr.isatty()  # a progress line only where it can be redrawn in place
+    if args.window is not None and not 1 <= args.window <= model.config.context_length:
+        raise UsageError(f"--window: must be in [1, {model.config.context_length}] (the context "
+                         f"length), got {args.window}")
     loss = evaluate(model, ids, args.window, progress=_progress if live else None)
     seconds = time.perf_counter() - start
     if live:

@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
     speculative.add_argument("--draft", choices=["ngram"], default=None,
                              help="guess by prompt lookup: continue the latest earlier "
                                   "occurrence of the last tokens")
-    speculative.add_argument("--draft_k", type=int, default=4, metavar="K",
+    speculative.add_argument("--draft_k", type=int, default=None, metavar="K",
                              help="guesses per target pass (default 4)")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
@@ -168,10 +168,16 @@ def token_stream(model, prompt, args, stats=None):
         if draft is not None:
             raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
         draft = load_model(args.draft_model, "--draft_model", args.int8)
+    if draft is None and args.draft_k is not None:
+        raise UsageError("--draft_k: guesses need a drafter; give --draft_model PATH or "
+                         "--draft ngram")
     if draft is not None:
         if args.no_cache:
             raise UsageError("--no_cache: speculative decoding always uses the KV cache")
-        return speculative_stream(model, draft, prompt, args.max_new_tokens, args.draft_k,
+        k = 4 if args.draft_k is None else args.draft_k
+        if k < 1:
+            raise UsageError(f"--draft_k: must be at least 1, got {k}")
+        return speculative_stream(model, draft, prompt, args.max_new_tokens, k,
                                   **sampling_knobs(args), seed=args.seed,
                                   stop_tokens=stop_tokens(args.stop_ids, model), stats=stats,
                                   stop_strings=args.stop)
