@@ -7,10 +7,10 @@ exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
+from .threads import blas_threads
 from .usage import UsageError
 
 COMMANDS = {
@@ -39,8 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--threads", type=int, default=1, metavar="N",
                         help="BLAS threads for NumPy (default 1: small matrices gain nothing "
-                             "from more, and threads stall when another process is busy; "
-                             "needs threadpoolctl for values other than the default)")
+                             "from more, and threads stall when another process is busy)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()
@@ -64,24 +63,3 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-
-
-@contextlib.contextmanager
-def blas_threads(n: int):
-    """Limit NumPy's BLAS to n threads while a command runs (threadpoolctl, when installed).
-
-    Without threadpoolctl the default of 1 is left to the environment (OPENBLAS_NUM_THREADS);
-    asking for another number is then an error rather than a silent no-op.
-    """
-    if n < 1:
-        raise UsageError(f"--threads: must be at least 1, got {n}")
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        if n != 1:
-            raise UsageError("--threads: needs the threadpoolctl package "
-                             "(pip install threadpoolctl)") from None
-        yield
-        return
-    with threadpool_limits(limits=n, user_api="blas"):
-        yield
