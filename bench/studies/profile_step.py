@@ -1,7 +1,7 @@
 """Where a decode step's time goes: microseconds per piece of minillm's forward pass.
 
     python -m bench.studies.profile_step [--size student|Sprout|GPT-2-small] [--steps 100]
-                                         [--int8] [--reference]
+                                         [--int8] [--reference] [--model PATH.npz]
 
 Each building block that minillm.model calls (linear, attention, the norms, RoPE, the
 activation) is wrapped in a timer for the duration of the run; linear layers are told apart by
@@ -71,10 +71,18 @@ def main(argv=None) -> int:
     p.add_argument("--int8", action="store_true", help="profile minillm.quantize(model)")
     p.add_argument("--reference", action="store_true",
                    help="the reference path: Model(..., fast=False)")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="profile this .npz (e.g. the real model of `minillm fetch`), not --size")
     args = p.parse_args(argv)
     print(set_threads(args.threads)[0])
     fast = not args.reference
-    model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0, fast=fast)
+    if args.model:
+        loaded = minillm.load(args.model)
+        model = minillm.Model(loaded.config, dict(loaded.params), loaded.tokenizer, fast=fast)
+        args.size = args.model
+    else:
+        model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0,
+                                     fast=fast)
     if args.int8:
         model = minillm.quantize(model)  # keeps the model's path
     totals, wall = profile(model, list(range(16)), args.steps)
