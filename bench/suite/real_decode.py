@@ -116,6 +116,7 @@ def measure(threads: int, prompt: list, new: int, repeats: int) -> tuple:
         if "error" in reply:
             workers[name] = Missing(reply["error"])
             del live[name], answers[name]
+            w.quit()
     for _ in range(repeats):  # interleaved: every contender once per round
         for name, w in live.items():
             answers[name].append(w.ask({"prompt": prompt, "new": new}))
