@@ -12,11 +12,13 @@ rounds, a warm-up each):
   (minillm.drafters.first_layers, sharing the weights: no second model to train or store), for
   several L, greedy and at temperature 0.8, on the decode table's 128-token prompt.
 
-Each row: seconds for the new tokens (the table's ratio column is the speed-up's inverse: plain
-seconds over these), and in the note the guesses kept, tokens per target pass and whether the
-greedy text is the same as plain decoding's.
+Each row: seconds for the new tokens (the table's ratio column is the speed-up's inverse), and
+in the note the speed-up (plain decoding's median seconds over the row's), the guesses kept,
+tokens per target pass and whether the greedy text is the same as plain decoding's.
 """
 from __future__ import annotations
+
+import statistics
 
 import minillm
 
@@ -62,7 +64,9 @@ def compare(target, drafters: dict, prompt, n, temperature, k, stops, repeats, w
     contenders.update({name: d if isinstance(d, Missing) else speculative(name, d)
                        for name, d in drafters.items()})
     seconds = measure(contenders, repeats, n, warm)
-    notes = {name: note(st, texts[name], texts["minillm f32"], temperature)
+    plain_s = statistics.median(seconds["minillm f32"])
+    notes = {name: f"{plain_s / statistics.median(seconds[name]):.2f}× plain's speed; "
+                   + note(st, texts[name], texts["minillm f32"], temperature)
              for name, st in stats.items()}
     made = len(texts["minillm f32"]) - len(prompt)
     notes["minillm f32"] = f"{made} tokens, plain decoding"
