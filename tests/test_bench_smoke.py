@@ -24,3 +24,12 @@ def test_a_missing_peer_is_reported_not_dropped(capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "| PyTorch loop | missing (torch not installed" in printed
     assert "| transformers | missing (transformers not installed" in printed
+
+
+def test_without_the_real_model_its_tables_say_how_to_get_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))  # an empty cache folder
+    assert main(["--quick", "--only", "real"]) == 0
+    printed = capsys.readouterr().out
+    for title in ("R1. Real model", "R2. Real model", "R3. Real model", "R4. Real model"):
+        assert title in printed
+    assert printed.count("`minillm fetch smollm2-135m-instruct` writes both") == 4

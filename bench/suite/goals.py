@@ -67,7 +67,45 @@ def check(results) -> list:
             find(results, "speculative", "shipped target + draft, greedy",
                  "speculative, draft model"),
             find(results, "speculative", "shipped target + draft, greedy", "minillm f32"), 1.5)
+    real_goals(results, compare, lines)
     return lines
+
+
+def real_goals(results, compare, lines):
+    """The real model's goals (SmolLM2-135M-Instruct), from the real-model tables, 1 thread."""
+    from .real_speculative import K_NGRAM
+
+    def decode(contender):
+        return find(results, "real-decode", "1 thread, decode", contender)
+
+    compare("real model decode, 1 thread: minillm f32 ≥ 90% of the roofline",
+            decode("minillm f32"), decode("roofline, float32"), 0.9, "{:.0%}")
+    compare("real model decode, 1 thread: minillm f32 ≥ 2× transformers",
+            decode("minillm f32"), decode("transformers"), 2.0)
+    compare("real model prefill, 1 thread: minillm f32 ≥ transformers",
+            find(results, "real-decode", "1 thread, prefill", "minillm f32"),
+            find(results, "real-decode", "1 thread, prefill", "transformers"), 1.0)
+    for kind in ("float32", "int8"):
+        passes = [find(results, "real-passes", kind, f"pass of {T} tokens") for T in (2, 3, 5, 8)]
+        passes = [row for row in passes if row is not None and row.case == kind]
+        if passes:
+            worst = max(row.median for row in passes)
+            lines.append((f"real model {kind}: a pass of 2-8 tokens ≤ 1.3 one-token steps",
+                          f"{worst:.2f} steps at most", "met" if worst <= 1.3 else "missed"))
+        else:
+            lines.append((f"real model {kind}: a pass of 2-8 tokens ≤ 1.3 one-token steps",
+                          "not measured", "—"))
+    for name in ("minillm int8", "minillm int8 + emb"):
+        if name == "minillm int8" or decode(name):
+            compare(f"real model decode, 1 thread: {name} ≥ 1.5× float32", decode(name),
+                    decode("minillm f32"), 1.5)
+    compare("real model, quoting request: prompt lookup ≥ 1.8× plain greedy",
+            find(results, "real-speculative", "quoting request",
+                 f"prompt lookup (ngram), k={K_NGRAM}"),
+            find(results, "real-speculative", "quoting request", "minillm f32"), 1.8)
+    compare("real model: batch 8 ≥ 5× the tokens/s of batch 1",
+            find(results, "real-batch", "float32", "minillm f32, batch 8"),
+            find(results, "real-batch", "float32", "minillm f32, batch 1"), 5.0)
 
 
 def markdown(results, quick: bool = False) -> str:

@@ -42,15 +42,23 @@ class Settings:
     text_bytes: int | None = None  # tokenizer input size (None: the whole file)
     bandwidth_mib: int = 256  # the roofline's matrix size
     warm: int = 4  # warm-up tokens
+    real_prompt: int = 128  # the real model's prompt, tokens
+    real_tokens: int = 128  # the real model's new tokens
+    real_threads: tuple = (1, 2)  # thread counts of the real model's decode table
+    real_layers: tuple = (4, 8, 15)  # the self-speculative drafters' layer counts
 
 
-def settings(quick: bool, repeats: int | None) -> Settings:
+def settings(quick: bool, repeats: int | None, real: dict | None = None) -> Settings:
+    """real: the real-model options given on the command line (None values: the defaults;
+    --quick: 8 new tokens, 1 thread, one drafter)."""
+    real = {k: v for k, v in (real or {}).items() if v is not None}
     if quick:
         return Settings(True, repeats or 1, _configs(QUICK_SIZES), prompt=4, decode_tokens=8,
                         cache_lengths=(8, 24, 72), batch=(2, 4, 6), prefill=16, spec_tokens=12,
-                        text_bytes=4000, bandwidth_mib=16, warm=1)
+                        text_bytes=4000, bandwidth_mib=16, warm=1,
+                        **{"real_tokens": 8, "real_threads": (1,), "real_layers": (8,), **real})
     return Settings(False, repeats or 3, _configs(FULL_SIZES),
-                    slow_decode_tokens={"GPT-2-small": 240})
+                    slow_decode_tokens={"GPT-2-small": 240}, **real)
 
 
 def _configs(sizes: dict) -> dict:

@@ -110,24 +110,28 @@ def _attention(cfg, p, rope, h, name, layer, positions, cache, start):
 
 def generate(net, prompts: np.ndarray, new_tokens: int) -> np.ndarray:
     """Greedy: (B, T) prompts of equal length -> (B, new_tokens) new ids. No window slide."""
+    return np.stack(list(stream(net, prompts, new_tokens)), axis=1)
+
+
+def stream(net, prompts: np.ndarray, new_tokens: int):
+    """Greedy, one step at a time: yields each step's (B,) new ids, the first after the
+    prefill (so a caller can time the prefill and the decode steps apart)."""
     import torch
 
     cfg = net[0]
     if prompts.shape[1] + new_tokens - 1 > cfg.context_length:
         raise ValueError("new_tokens: the text would not fit the context (no window slide)")
-    out = []
     with torch.inference_mode():
         cache = new_cache(cfg, prompts.shape[0])
-        tokens = torch.from_numpy(prompts)
+        tokens = torch.from_numpy(np.asarray(prompts))
         logits = forward(net, tokens, cache, 0)
         start = tokens.shape[1]
         for step in range(new_tokens):
             token = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-            out.append(token)
+            yield token[:, 0].numpy()
             if step < new_tokens - 1:
                 logits = forward(net, token, cache, start)
                 start += 1
-    return torch.cat(out, dim=1).numpy()
 
 
 def prefill(net, prompts: np.ndarray):

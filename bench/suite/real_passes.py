@@ -1,0 +1,67 @@
+"""Real model 2: the cost of one forward pass with a cache, per pass length, in one-token steps.
+
+    python -m bench --only real-passes [--repeats 3]
+
+Speculative decoding's verify pass reads k + 1 tokens at once; it pays off when that pass costs
+little more than a one-token step, because batch-1 decoding is bound by reading the weights,
+which one pass reads once whatever its length. After the 128-token prompt is in the cache, a
+pass of T tokens (T = 1, 2, 3, 5, 8) is timed `CALLS` times in a row, rolling the cache back
+after each (cache.truncate), with the logits of every position (as a verify pass needs them).
+Each round times every length; its figure for T is the seconds of a T-token pass over those of
+a one-token pass in the same round. Float32 and int8 (and int8 with the embeddings quantized,
+when minillm.quantize has that option).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import real
+from .timing import Row
+
+LENGTHS = (1, 2, 3, 5, 8)
+CALLS = 10
+
+
+def pass_seconds(model, cache, tokens, start: int, calls: int) -> float:
+    """Mean seconds of model.forward(tokens, cache) after `start` cached tokens."""
+    began = time.perf_counter()
+    for _ in range(calls):
+        model.forward(tokens, cache)
+        cache.truncate(start)
+    return (time.perf_counter() - began) / calls
+
+
+def run(ctx):
+    s = ctx["settings"]
+    title = (f"R2. Real model: one forward pass of T tokens with {s.real_prompt} cached, in "
+             "one-token steps (a speculative verify pass reads k + 1 tokens)")
+    gone = real.absent()
+    if gone:
+        return title, [Row("real-passes", "SmolLM2-135M-Instruct", "all", "steps",
+                           missing=gone.reason)]
+    f32 = real.model(ctx)
+    prompt = np.array([real.prompt(f32.tokenizer, s.real_prompt)])
+    models = {"float32": f32}
+    models.update({name.replace("minillm ", ""): real.int8(ctx, name)
+                   for name in real.int8_kinds()})
+    out = []
+    for kind, model in models.items():
+        cache = model.new_cache()
+        model.forward(prompt, cache, last=1)
+        start = cache.length
+        calls = 1 if s.quick else CALLS
+        seconds = {T: [] for T in LENGTHS}
+        pass_seconds(model, cache, prompt[:, :max(LENGTHS)], start, 1)  # warm-up
+        for _ in range(s.repeats):  # interleaved: every length once per round
+            for T in LENGTHS:
+                seconds[T].append(pass_seconds(model, cache, prompt[:, :T], start, calls))
+        for T in LENGTHS:
+            steps = [t / one for t, one in zip(seconds[T], seconds[1])]
+            ms = float(np.median(seconds[T])) * 1e3
+            out.append(Row("real-passes", kind, f"pass of {T} token{'s' * (T > 1)}", "steps",
+                           steps, note=f"{ms:.1f} ms per pass, {ms / T:.1f} ms per token"))
+    if "minillm int8 + emb" not in real.int8_kinds():
+        out.append(Row("real-passes", "int8 + emb", "all", "steps", missing=real.EMB_MISSING))
+    return title, out

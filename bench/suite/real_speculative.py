@@ -1,0 +1,106 @@
+"""Real model 3: speculative decoding on SmolLM2-135M-Instruct, against plain decoding.
+
+    python -m bench --only real-speculative [--real-layers 4,8,15] [--real-tokens 128]
+
+Two drafters, each timed against minillm.generate with the same prompt and knobs (interleaved
+rounds, a warm-up each):
+
+- prompt lookup (draft="ngram"), greedy, on a chat request that asks for a paragraph of its
+  input word for word: the answer quotes the prompt, so the lookup's guesses are mostly kept.
+  Both stop at the tokenizer's end token; the texts must be identical.
+- a self-speculative drafter: the target's own first L layers, its final norm and output layer
+  (minillm.drafters.first_layers, sharing the weights: no second model to train or store), for
+  several L, greedy and at temperature 0.8, on the decode table's 128-token prompt.
+
+Each row: seconds for the new tokens (the table's ratio column is the speed-up's inverse), and
+in the note the speed-up (plain decoding's median seconds over the row's), the guesses kept,
+tokens per target pass and whether the greedy text is the same as plain decoding's.
+"""
+from __future__ import annotations
+
+import statistics
+
+import minillm
+
+from . import real
+from .timing import Missing, Row, measure, rows
+
+K_NGRAM = 4  # guesses per round for prompt lookup (quoted text: long runs are kept)
+K_LAYERS = 3  # guesses per round for the self-speculative drafter (the suite's k)
+
+
+def first_layers():
+    """minillm.drafters.first_layers, or Missing when it has not landed."""
+    from minillm import drafters
+
+    if not hasattr(drafters, "first_layers"):
+        return Missing("minillm.drafters.first_layers not available yet")
+    return drafters.first_layers
+
+
+def note(stats, text, plain, temperature) -> str:
+    same = ""
+    if temperature == 0:
+        same = "; same text as plain" if list(text) == list(plain) else "; TEXT DIFFERS"
+    return (f"{stats.new_tokens} tokens, {stats.acceptance_rate:.0%} of guesses kept, "
+            f"{stats.tokens_per_target_call:.2f} tokens per target pass{same}")
+
+
+def compare(target, drafters: dict, prompt, n, temperature, k, stops, repeats, warm):
+    """Rows' inputs: (contenders, seconds, notes) of plain decoding and each drafter."""
+    texts, stats = {}, {}
+
+    def plain(m):
+        texts["minillm f32"] = minillm.generate(target, prompt, m, temperature=temperature,
+                                                seed=0, stop_tokens=stops)
+
+    def speculative(name, drafter):
+        def fn(m):
+            texts[name], stats[name] = minillm.speculative_generate(
+                target, drafter, prompt, m, k=k, temperature=temperature, seed=0,
+                stop_tokens=stops)
+        return fn
+    contenders = {"minillm f32": plain}
+    contenders.update({name: d if isinstance(d, Missing) else speculative(name, d)
+                       for name, d in drafters.items()})
+    seconds = measure(contenders, repeats, n, warm)
+    plain_s = statistics.median(seconds["minillm f32"])
+    notes = {name: f"{plain_s / statistics.median(seconds[name]):.2f}× plain's speed; "
+                   + note(st, texts[name], texts["minillm f32"], temperature)
+             for name, st in stats.items()}
+    made = len(texts["minillm f32"]) - len(prompt)
+    notes["minillm f32"] = f"{made} tokens, plain decoding"
+    return contenders, seconds, notes
+
+
+def run(ctx):
+    s = ctx["settings"]
+    title = (f"R3. Real model: speculative decoding against plain decoding, up to "
+             f"{s.real_tokens} new tokens")
+    gone = real.absent()
+    if gone:
+        return title, [Row("real-speculative", "SmolLM2-135M-Instruct", "all", "s",
+                           missing=gone.reason)]
+    target = real.model(ctx)
+    tok = target.tokenizer
+    out = []
+    quote = real.chat_ids(tok, real.QUOTE)
+    case = f"quoting request ({len(quote)}-token prompt), greedy"
+    found = compare(target, {f"prompt lookup (ngram), k={K_NGRAM}": "ngram"}, quote,
+                    s.real_tokens, 0.0, K_NGRAM, real.stop_tokens(tok), s.repeats, s.warm)
+    out += rows("real-speculative", case, *found[:2], "s", notes=found[2])
+
+    cut = first_layers()
+    if isinstance(cut, Missing):
+        return title, out + [Row("real-speculative", "self-speculative: first L layers + head",
+                                 f"L = {', '.join(map(str, s.real_layers))}", "s",
+                                 missing=cut.reason)]
+    prompt = real.prompt(tok, s.real_prompt)
+    drafters = {f"first {L} layers + head, k={K_LAYERS}": cut(target, L) for L in s.real_layers}
+    for temperature in (0.0, 0.8):
+        case = (f"guide-book request ({len(prompt)} tokens), "
+                + ("greedy" if temperature == 0 else f"temperature {temperature}"))
+        found = compare(target, drafters, prompt, s.real_tokens, temperature, K_LAYERS, (),
+                        s.repeats, s.warm)
+        out += rows("real-speculative", case, *found[:2], "s", notes=found[2])
+    return title, out
