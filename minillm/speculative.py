@@ -27,8 +27,8 @@ import numpy as np
 from .drafters import ModelDrafter, NgramDrafter
 from .generate import check_prompts, generation_config, is_batch, kept_on_slide
 from .sampling import SamplingConfig, draw, probabilities, sample
-from .tokenizer import same_tokens
 from .stopping import reached_stop, start_text
+from .tokenizer import same_tokens
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:

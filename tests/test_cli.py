@@ -226,3 +226,30 @@ def test_refused_not_ignored(capsys):
     assert "--draft_k: guesses need a drafter" in capsys.readouterr().err
     assert main(["generate", "--draft", "ngram", "--draft_k", "0", "In"]) == 2
     assert "--draft_k: must be at least 1" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_generation_quietly():
+    import subprocess
+    import sys
+
+    command = (f"{sys.executable} -m minillm generate 'In the beginning' --max_new_tokens 300 "
+               "| head -c 20")
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], capture_output=True,
+                            text=True, timeout=120)
+    assert len(result.stdout) == 20 and result.stdout.startswith("In the beginning")
+    assert result.stderr == "" and result.returncode == 0
+
+
+def test_quantize_in_place_reports_the_sizes_before_and_after(tmp_path, capsys):
+    import shutil
+
+    from minillm.cli import main
+
+    path = tmp_path / "m.npz"
+    shutil.copy("weights/target.npz", path)
+    before = path.stat().st_size
+    assert main(["quantize", str(path), str(path)]) == 0
+    file_line = next(line for line in capsys.readouterr().out.splitlines()
+                     if line.startswith("file"))
+    assert f"{before / 2**20:.2f} MiB" in file_line
+    assert f"{path.stat().st_size / 2**20:.2f} MiB" in file_line

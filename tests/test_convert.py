@@ -297,6 +297,19 @@ def test_export_writes_files_with_the_permissions_open_would_give_them(tmp_path)
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640
 
 
+def test_exported_config_names_the_tokenizers_special_ids(tmp_path):
+    pytest.importorskip("safetensors")
+    import json
+
+    from minillm.convert import export_hf
+
+    model = minillm.load("weights/target.npz")  # GPT-2 style: <|endoftext|> ends a text
+    export_hf(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    eos = model.tokenizer.token_to_id("<|endoftext|>")
+    assert eos is not None and config["eos_token_id"] == eos
+
+
 # -- command line errors (no optional package needed to get them) -----------------------------
 
 def test_cli_convert_errors_are_one_line(tmp_path, capsys):

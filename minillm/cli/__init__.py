@@ -7,6 +7,7 @@ exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
@@ -55,6 +56,9 @@ def main(argv=None) -> int:
     try:
         with blas_threads(args.threads):
             return COMMANDS[args.command].run(args)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 0
     # WeightsError is a ValueError; an ImportError names a missing optional dependency
     # (torch, safetensors) and how to install it.
     except (UsageError, ValueError, OSError, ImportError) as e:

@@ -32,10 +32,11 @@ def run(args) -> int:
     from ..weights import load, save
 
     model = load(args.input)
+    before = os.path.getsize(args.input)  # before writing: the output may replace the input
     model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,
                       group_size=args.group_size, embeddings=args.embeddings)
     save(model8, args.output)
-    before, after = os.path.getsize(args.input), os.path.getsize(args.output)
+    after = os.path.getsize(args.output)
     resident, resident8 = model.nbytes, model8.nbytes
     print(f"{'':18s} {'before':>12s} {'after':>12s}")
     print(f"{'file':18s} {_mib(before):>12s} {_mib(after):>12s}  ({before / after:.2f}x smaller)")

@@ -198,6 +198,10 @@ def export_hf(model, out_dir) -> None:
     if not all(isinstance(w, np.ndarray) for w in model.params.values()):
         raise ValueError("model: quantized weights cannot be exported; export the float model")
     config = config_to_hf(model.config, dtype=str(model.dtype))  # raises if not expressible
+    tokenizer = model.tokenizer
+    if tokenizer is not None:  # the special ids transformers' generate stops and starts on
+        config.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)
     safetensors = _require("safetensors.numpy", "convert", "writing model.safetensors")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
