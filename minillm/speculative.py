@@ -122,7 +122,8 @@ def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, tempe
     if is_batch(prompt_ids):
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
     check_prompts(prompt_ids, vocab)
-    drafter = make_drafter(draft, vocab, config.sampling, ngram, target.tokenizer)
+    drafter = make_drafter(draft, vocab, config.sampling, ngram,
+                           getattr(target, "tokenizer", None))
     rng = np.random.default_rng(config.seed) if rng is None else rng
     stats = SpeculativeStats() if stats is None else stats
     text = [int(t) for t in prompt_ids]
