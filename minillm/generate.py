@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -132,16 +133,18 @@ def generate(model, prompt_ids, max_new_tokens=100, temperature=0.8, top_k=None,
 
 def stream(model, prompt_ids, max_new_tokens=100, temperature=0.8, top_k=None, top_p=None,
            min_p=None, repetition_penalty=None, seed=0, rng=None, stop_tokens=(),
-           use_cache=True, stop_strings=()):
+           use_cache=True, stop_strings=(), return_logprobs=False):
     """An iterator over the new tokens as they are generated.
 
     One prompt: yields each new token (an int). A batch: yields, per step, a dict
     {row: token} of the rows still running. Arguments are checked here, before the first token.
+    return_logprobs: a ScoredToken (token, logprob, raw_logprob) in place of each token.
     """
     prompts, config, rng = _checked(model, prompt_ids, max_new_tokens, temperature, top_k,
                                     top_p, min_p, repetition_penalty, seed, rng, stop_tokens,
                                     stop_strings)
-    steps = decode_loop(model, prompts, config, rng, use_cache)
+    loop = scored_steps if return_logprobs else decode_loop
+    steps = loop(model, prompts, config, rng, use_cache)
     if is_batch(prompt_ids):
         return steps
     return (step[0] for step in steps)
@@ -240,21 +243,36 @@ class Rollout:
         return self.tokens[len(self.tokens) - len(self.logprobs):]
 
 
-def rollouts(model, prompts, config: GenerationConfig, rng, use_cache=True,
-             prompt_logprobs=False) -> list[Rollout]:
-    """Generate as decode_loop does, scoring each new token with the logits it was drawn
-    from: the same draws, so the same tokens as generate without log-probabilities."""
-    out = [Rollout(list(map(int, p)), [], []) for p in prompts]
+class ScoredToken(NamedTuple):
+    """A new token with its two log-probabilities (see Rollout)."""
+
+    token: int
+    logprob: float
+    raw_logprob: float
+
+
+def scored_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
+    """decode_loop's steps, {row: ScoredToken}: each new token scored with the logits it was
+    drawn from (the same draws, so the same tokens as without scores)."""
     for step in decode_steps(model, prompts, config, rng, use_cache):
         rows, tokens = step.rows, step.tokens[step.rows]
         drawn_from = probabilities(step.logits[rows], config.sampling, step.seen[rows])
         picked = np.arange(len(rows)), tokens
         logprobs = np.log(drawn_from[picked])  # a drawn token has p > 0: finite
         raw = log_softmax(step.logits[rows])[picked]
-        for i, r in enumerate(rows):
-            out[r].tokens.append(int(tokens[i]))
-            out[r].logprobs.append(float(logprobs[i]))
-            out[r].raw_logprobs.append(float(raw[i]))
+        yield {int(r): ScoredToken(int(tokens[i]), float(logprobs[i]), float(raw[i]))
+               for i, r in enumerate(rows)}
+
+
+def rollouts(model, prompts, config: GenerationConfig, rng, use_cache=True,
+             prompt_logprobs=False) -> list[Rollout]:
+    """Generate as decode_loop does, with a Rollout per row."""
+    out = [Rollout(list(map(int, p)), [], []) for p in prompts]
+    for step in scored_steps(model, prompts, config, rng, use_cache):
+        for r, scored in step.items():
+            out[r].tokens.append(scored.token)
+            out[r].logprobs.append(scored.logprob)
+            out[r].raw_logprobs.append(scored.raw_logprob)
     if prompt_logprobs:
         for rollout, scores in zip(out, score_prompts(model, prompts)):
             rollout.prompt_logprobs = scores

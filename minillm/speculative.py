@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .generate import check_prompts, generation_config, is_batch, kept_on_slide
+from .evaluate import log_softmax
+from .generate import (Rollout, ScoredToken, check_prompts, generation_config, is_batch,
+                       kept_on_slide)
 from .sampling import SamplingConfig, draw, probabilities, sample
 from .stopping import reached_stop, start_text
 from .tokenizer import same_tokens
@@ -92,27 +94,35 @@ class SpeculativeStats:
 
 def speculative_generate(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
                          top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                         stop_tokens=(), rng=None, ngram=3, stop_strings=()):
+                         stop_tokens=(), rng=None, ngram=3, stop_strings=(),
+                         return_logprobs=False):
     """Prompt + new tokens from `target`, with guesses from `draft`, and the SpeculativeStats.
 
     draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
     `ngram` tokens), or any object with propose(text, k, rng) -> (guesses, q) and a `calls`
     counter. The output has the distribution of minillm.generate with the same knobs; at
     temperature 0 it is the same text, token for token, window slides included. Stop tokens
-    and stop strings end the text as in minillm.generate.
+    and stop strings end the text as in minillm.generate. return_logprobs: a Rollout in place
+    of the ids, each new token scored under the target's distributions as generate scores it.
     """
-    stats = SpeculativeStats()
+    stats, scores = SpeculativeStats(), ([] if return_logprobs else None)
     new = list(speculative_stream(target, draft, prompt_ids, max_new_tokens, k, temperature,
                                   top_k, top_p, min_p, repetition_penalty, seed, stop_tokens,
-                                  rng, ngram, stats, stop_strings))
-    return [int(t) for t in prompt_ids] + new, stats
+                                  rng, ngram, stats, stop_strings, scores))
+    ids = [int(t) for t in prompt_ids] + new
+    if scores is None:
+        return ids, stats
+    scores = scores[:len(new)]  # a stop may end the text before the last round's end
+    return Rollout(ids, [s.logprob for s in scores], [s.raw_logprob for s in scores]), stats
 
 
 def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
                        top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                       stop_tokens=(), rng=None, ngram=3, stats=None, stop_strings=()):
+                       stop_tokens=(), rng=None, ngram=3, stats=None, stop_strings=(),
+                       scores=None):
     """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
-    updated as it goes. Arguments are checked here, before the first token."""
+    updated as it goes, and `scores` (a list), if given, receives a ScoredToken for every
+    token of a round as the round ends. Arguments are checked here, before the first token."""
     vocab = target.config.vocab_size
     config = generation_config(vocab, max_new_tokens, temperature, top_k, top_p, min_p,
                                repetition_penalty, seed, stop_tokens, stop_strings,
@@ -127,13 +137,13 @@ def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, tempe
     rng = np.random.default_rng(config.seed) if rng is None else rng
     stats = SpeculativeStats() if stats is None else stats
     text = [int(t) for t in prompt_ids]
-    return _rounds(target, drafter, text, config, int(k), rng, stats)
+    return _rounds(target, drafter, text, config, int(k), rng, stats, scores)
 
 
 def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingConfig, rng):
     """One round: draft k guesses, verify them in one target pass, accept or resample, roll
-    the target's cache back. Returns the new tokens (the kept guesses, then one more) and the
-    number of guesses proposed.
+    the target's cache back. Returns the new tokens (the kept guesses, then one more), the
+    number of guesses proposed, and the target's logits that predicted each new token.
 
     The target sees the view text[start:] (the window). Cache invariant: on entry the cache
     holds the keys and values of a prefix of the view (all of it but what is new since the
@@ -155,12 +165,12 @@ def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingCon
         p = probabilities(logits, knobs, history)  # (k + 1, V)
         kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
     cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
-    return guesses[:kept] + [token], len(guesses)
+    return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
 
 
-def _rounds(target, drafter, text, config, k, rng, stats):
+def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
     """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
-    window and stats."""
+    window and stats. scores: a list that receives a ScoredToken per new token, if given."""
     started = time.perf_counter()
     W = target.config.context_length
     new_text = start_text(target.tokenizer, text) if config.stop_strings else None
@@ -170,8 +180,10 @@ def _rounds(target, drafter, text, config, k, rng, stats):
         # Each position is predicted from the same view that plain generation would use:
         # the view may grow to W tokens, so at most W - view guesses fit in this block.
         room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
-        new, proposed = speculative_round(target, cache, drafter, text, start, room,
-                                          config.sampling, rng)
+        new, proposed, rows = speculative_round(target, cache, drafter, text, start, room,
+                                                config.sampling, rng)
+        if scores is not None:
+            scores.extend(_scored(new, rows, text[start:], config.sampling))
         stats.target_calls += 1
         stats.proposed += proposed
         stats.accepted += len(new) - 1
@@ -188,6 +200,15 @@ def _rounds(target, drafter, text, config, k, rng, stats):
         if len(text) - start > W:  # the view overflowed with the last token: slide
             start = len(text) - kept_on_slide(W)
             cache.reset()
+
+
+def _scored(new, logits, seen, knobs: SamplingConfig):
+    """Each new token with ln p (the target's distribution after every knob, what the output
+    follows) and ln softmax of the target's own logits, as generate's Rollout scores them."""
+    history = [seen + new[:i] for i in range(len(new))] if knobs.penalises else None
+    logp = np.log(probabilities(logits, knobs, history)[np.arange(len(new)), new])
+    raw = log_softmax(logits)[np.arange(len(new)), new]
+    return [ScoredToken(t, float(a), float(b)) for t, a, b in zip(new, logp, raw)]
 
 
 def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):

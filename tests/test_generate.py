@@ -238,6 +238,23 @@ def test_logprobs_of_one_prompt_and_the_default_return_value():
     assert generate(model, [1, 2, 3], 0, prompt_logprobs=True).logprobs == []
 
 
+def test_stream_scores_each_token_as_generate_does():
+    from minillm.generate import stream
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    knobs = dict(top_k=5, repetition_penalty=1.2, seed=3)
+    rollout = generate(model, [1, 2, 3], 12, **knobs, return_logprobs=True)
+    scored = list(stream(model, [1, 2, 3], 12, **knobs, return_logprobs=True))
+    assert [s.token for s in scored] == rollout.new_tokens
+    assert [s.logprob for s in scored] == rollout.logprobs
+    assert [s.raw_logprob for s in scored] == rollout.raw_logprobs
+    batch = list(stream(model, [[1, 2, 3], [4, 5]], 4, **knobs, return_logprobs=True))
+    rows = generate(model, [[1, 2, 3], [4, 5]], 4, **knobs, return_logprobs=True)
+    assert [step[1].logprob for step in batch] == rows[1].logprobs
+
+
 @pytest.mark.parametrize("prompts", [[[1, 2, 3, 4, 5]], [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]])
 def test_a_window_slide_costs_one_forward_pass(monkeypatch, prompts):
     # Rows that slide together read their kept tokens again; the new token's own pass would

@@ -318,3 +318,33 @@ def test_a_draft_model_must_share_the_targets_tokenizer():
     draft.tokenizer = None
     with pytest.warns(UserWarning, match="carries no tokenizer"):
         speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("context_length", [64, 12])  # 12: the window slides
+def test_speculative_logprobs_equal_a_fresh_forward_pass_over_each_view(temperature,
+                                                                       context_length):
+    from minillm.evaluate import log_softmax
+    from minillm.sampling import SamplingConfig, probabilities
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=30, context_length=context_length,
+                              d_model=8, n_layers=2, n_heads=2)
+    target = minillm.random_model(cfg, seed=5, dtype="float64")
+    draft = minillm.random_model(cfg, seed=6, dtype="float64")
+    knobs = dict(temperature=temperature, top_k=6, repetition_penalty=1.3)
+    rollout, _ = speculative_generate(target, draft, [1, 2, 3], 20, k=3, **knobs, seed=2,
+                                      return_logprobs=True)
+    assert len(rollout.logprobs) == len(rollout.raw_logprobs) == 20
+    if temperature == 0:
+        assert rollout.tokens == minillm.generate(target, [1, 2, 3], 20, **knobs)
+        assert rollout.logprobs == [0.0] * 20
+    text, start, W = [1, 2, 3], 0, context_length
+    for i, t in enumerate(rollout.new_tokens):
+        view = text[start:]
+        logits = target.forward(np.array([view]))[0, -1]
+        p = probabilities(logits, SamplingConfig(**knobs), [view])
+        assert abs(rollout.raw_logprobs[i] - log_softmax(logits)[t]) < 1e-10
+        assert abs(rollout.logprobs[i] - np.log(p[t])) < 1e-10
+        text.append(t)
+        if len(text) - start > W:
+            start = len(text) - max(1, W // 2)
