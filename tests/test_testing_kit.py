@@ -179,6 +179,54 @@ def test_probability_checker_fails_top_p_without_the_crossing_token():
         check_filtered_probs(top_p_without_the_crossing_token, KNOBS, max_examples=10)
 
 
+def penalty_per_occurrence(history, penalty):
+    """Bug: the repetition penalty applied once for every occurrence of a token, not once per
+    distinct token (CTRL penalises each seen token once)."""
+    def sample(z, rng):
+        z = np.array(z, dtype=np.float64)
+        for token in history:
+            z[:, token] = np.where(z[:, token] > 0, z[:, token] / penalty, z[:, token] * penalty)
+        return sample_next_token(z, temperature=1.0, rng=rng)
+    return sample
+
+
+def test_sampler_checker_fails_a_penalty_applied_per_occurrence():
+    knobs = SamplingConfig(temperature=1.0, repetition_penalty=1.5)
+    logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -0.5])
+    history = [0, 0, 0, 1]  # token 0 three times
+
+    def honest(z, rng):
+        return sample_next_token(z, temperature=1.0, repetition_penalty=1.5,
+                                 history=np.tile(history, (len(z), 1)), rng=rng)
+
+    check_sampler(honest, knobs, logits, history)
+    with pytest.raises(AssertionError, match="chi-square"):
+        check_sampler(penalty_per_occurrence(history, 1.5), knobs, logits, history)
+
+
+def top_p_of_the_unnormalised_top_k(z):
+    """Bug: top-p measured against the whole distribution's mass after top-k has cut it,
+    instead of against what top-k kept (so top-p keeps too much)."""
+    p = filtered_probs(z, temperature=1.0)
+    order = np.argsort(-p, axis=-1, kind="stable")
+    sorted_p = np.take_along_axis(p, order, axis=-1)
+    rank = np.arange(p.shape[-1])
+    mass_before = np.cumsum(sorted_p, axis=-1) - sorted_p  # of the whole row: not renormalised
+    keep_sorted = (rank < 5) & (mass_before < 0.6)
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=-1)
+    kept = np.where(keep, p, 0.0)
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def test_probability_checker_fails_top_p_on_an_unnormalised_top_k_output():
+    knobs = SamplingConfig(temperature=1.0, top_k=5, top_p=0.6)
+    check_filtered_probs(lambda z: filtered_probs(z, temperature=1.0, top_k=5, top_p=0.6),
+                         knobs, max_examples=10)
+    with pytest.raises(AssertionError, match="differ from minillm's"):
+        check_filtered_probs(top_p_of_the_unnormalised_top_k, knobs, max_examples=10)
+
+
 # -- speculative decoding ----------------------------------------------------------------------
 
 TARGET = minillm.random_model(minillm.ModelConfig(

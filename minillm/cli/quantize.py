@@ -1,8 +1,8 @@
 """Quantize a model's linear weights to int8 with one scale per row (or per group).
 
 The norms and biases stay float; so do the embeddings and the output layer (tied to the
-embedding in the modern model) unless --embeddings / --quantize_lm_head ask otherwise. Prints the file size and the resident weight bytes before and
-after.
+embedding in the modern model) unless --embeddings / --quantize_lm_head ask otherwise.
+Prints the file size and the resident weight bytes before and after.
 """
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def assert_draws_follow(tokens, probs) -> None:
     if stat >= critical:
         raise AssertionError(f"draws do not follow the distribution: chi-square {stat:.1f} >= "
                              f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); counts "
-                             f"{counts.tolist()}, expected {(len(tokens) * probs).round(1).tolist()}")
+                             f"{counts.tolist()}, expected "
+                             f"{(len(tokens) * probs).round(1).tolist()}")
 
 
 def check_sampler(sample, knobs: SamplingConfig, logits, history=None, draws: int = 40_000,
