@@ -60,7 +60,8 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig, rng):
     logits = _read(conversation, text[start:])
     stops = set(config.stop_tokens)
     for step in range(config.max_new_tokens):
-        token = int(sample(logits, config.sampling, np.array([text[start:]]), rng)[0])
+        history = [text[start:]] if config.sampling.penalises else None
+        token = int(sample(logits, config.sampling, history, rng)[0])
         yield token
         if token in stops or step == config.max_new_tokens - 1:
             return
@@ -76,7 +77,7 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig, rng):
 def _read(conversation: Conversation, view):
     """Bring the cache to `view` (keeping the common prefix) and return the next logits (1, V)."""
     keep = min(common_prefix_length(conversation.cached, view), len(view) - 1)
-    conversation.cache.truncate(min(keep, conversation.cache.length))
+    conversation.cache.truncate(keep)  # keep <= len(cached) == cache.length
     del conversation.cached[keep:]
     fresh = view[keep:]  # at least the last token, whose logits come next
     logits = conversation.model.forward(np.array([fresh]), conversation.cache, last=1)[:, -1]

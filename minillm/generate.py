@@ -255,13 +255,18 @@ def scored_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
     """decode_loop's steps, {row: ScoredToken}: each new token scored with the logits it was
     drawn from (the same draws, so the same tokens as without scores)."""
     for step in decode_steps(model, prompts, config, rng, use_cache):
-        rows, tokens = step.rows, step.tokens[step.rows]
-        drawn_from = probabilities(step.logits[rows], config.sampling, step.seen[rows])
-        picked = np.arange(len(rows)), tokens
-        logprobs = np.log(drawn_from[picked])  # a drawn token has p > 0: finite
-        raw = log_softmax(step.logits[rows])[picked]
-        yield {int(r): ScoredToken(int(tokens[i]), float(logprobs[i]), float(raw[i]))
-               for i, r in enumerate(rows)}
+        rows = step.rows
+        scored = score(step.logits[rows], step.tokens[rows], config.sampling, step.seen[rows])
+        yield dict(zip(map(int, rows), scored))
+
+
+def score(logits, tokens, knobs: SamplingConfig, history=None) -> list[ScoredToken]:
+    """Each token (one per row of logits) with ln p under the distribution it was drawn from,
+    every knob applied, and ln softmax(logits) at temperature 1, no knob."""
+    picked = np.arange(len(tokens)), np.asarray(tokens)
+    logprobs = np.log(probabilities(logits, knobs, history)[picked])  # drawn: p > 0, finite
+    raw = log_softmax(logits)[picked]
+    return [ScoredToken(int(t), float(a), float(b)) for t, a, b in zip(tokens, logprobs, raw)]
 
 
 def rollouts(model, prompts, config: GenerationConfig, rng, use_cache=True,

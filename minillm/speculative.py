@@ -25,9 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .evaluate import log_softmax
-from .generate import (Rollout, ScoredToken, check_prompts, generation_config, is_batch,
-                       kept_on_slide)
+from .generate import (Rollout, check_prompts, generation_config, is_batch, kept_on_slide,
+                       score)
 from .sampling import SamplingConfig, draw, probabilities, sample
 from .stopping import reached_stop, start_text
 from .tokenizer import same_tokens
@@ -203,12 +202,9 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
 
 
 def _scored(new, logits, seen, knobs: SamplingConfig):
-    """Each new token with ln p (the target's distribution after every knob, what the output
-    follows) and ln softmax of the target's own logits, as generate's Rollout scores them."""
+    """The new tokens scored as generate scores them: under the target's distributions."""
     history = [seen + new[:i] for i in range(len(new))] if knobs.penalises else None
-    logp = np.log(probabilities(logits, knobs, history)[np.arange(len(new)), new])
-    raw = log_softmax(logits)[np.arange(len(new)), new]
-    return [ScoredToken(t, float(a), float(b)) for t, a, b in zip(new, logp, raw)]
+    return score(logits, new, knobs, history)
 
 
 def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):
