@@ -186,7 +186,10 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
     if config.stop_strings:
         texts = [start_text(model.tokenizer, p) for p in prompts]
     running = np.ones(len(prompts), dtype=bool)
-    cache = model.new_cache(len(prompts)) if use_cache else None
+    # A cache only as long as this generation can fill: one of the whole context (8,192
+    # positions for SmolLM2, 377 MB) would be paid for in page faults at the first write.
+    capacity = min(W, window.width + config.max_new_tokens)
+    cache = model.new_cache(len(prompts), capacity) if use_cache else None
     logits = _prefill(model, window, cache)  # (B, V), the next-token logits of each row
     for step in range(config.max_new_tokens):
         # The repetition penalty looks at the visible text; padding (-1) is ignored.

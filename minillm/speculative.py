@@ -173,7 +173,7 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
     started = time.perf_counter()
     W = target.config.context_length
     new_text = start_text(target.tokenizer, text) if config.stop_strings else None
-    cache = target.new_cache()
+    cache = target.new_cache(capacity=min(W, len(text) + config.max_new_tokens + k))
     start = max(0, len(text) - W)  # the view is text[start:], as in generate
     while stats.new_tokens < config.max_new_tokens:
         # Each position is predicted from the same view that plain generation would use:
