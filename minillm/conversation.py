@@ -42,8 +42,8 @@ class Conversation:
     cached: list = field(default_factory=list)  # the cache holds these tokens, in order
 
     def __post_init__(self):
-        if self.cache is None:
-            self.cache = self.model.new_cache(batch_size=1)
+        if self.cache is None:  # room grows turn by turn (respond reserves what a turn needs)
+            self.cache = self.model.new_cache(batch_size=1, capacity=1)
 
 
 def respond(conversation: Conversation, prompt, config: GenerationConfig, rng):
@@ -57,6 +57,7 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig, rng):
     W = model.config.context_length
     text = [int(t) for t in prompt]
     start = max(0, len(text) - W)  # the view is text[start:], as in generate
+    cache.reserve(min(W, len(text) - start + config.max_new_tokens))
     logits = _read(conversation, text[start:])
     stops = set(config.stop_tokens)
     for step in range(config.max_new_tokens):

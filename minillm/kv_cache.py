@@ -3,7 +3,9 @@
 A forward pass over T new tokens appends their keys and values to each layer at positions
 [length, length + T), attends to positions [0, length + T), then advances `length` by T.
 Positions at or past `length` are never read, so forgetting the newest tokens (speculative
-decoding's rollback) is only moving `length` back: `truncate(n)`.
+decoding's rollback) is only moving `length` back: `truncate(n)`. A cache is made as long as
+its user can fill (the first write to each page of a long one costs a page fault); one whose
+need grows, a conversation's, asks for more room with `reserve(capacity)`.
 """
 from __future__ import annotations
 
@@ -98,6 +100,17 @@ class KVCache:
         self.k[..., :kept] = self.k[..., n:self.length]  # NumPy copes with the overlap
         self.v[:, :, :, :kept] = self.v[:, :, :, n:self.length]
         self.length = kept
+
+    def reserve(self, capacity: int) -> None:
+        """Make room for `capacity` positions, keeping everything cached: a larger pair of
+        arrays, the cached positions copied over (nothing happens if there is room already)."""
+        if capacity <= self.capacity:
+            return
+        n_layers, batch, heads, _, head_dim = self.shape
+        larger = KVCache.empty(n_layers, batch, heads, capacity, head_dim, self.dtype)
+        larger.k[..., :self.length] = self.k[..., :self.length]
+        larger.v[:, :, :, :self.length] = self.v[:, :, :, :self.length]
+        self.k, self.v = larger.k, larger.v
 
     def fill_rows(self, rows, other: "KVCache", start: int) -> None:
         """Rows `rows` of this cache take everything `other` holds (one row of `other` per

@@ -1,4 +1,4 @@
-"""The cache's verbs: append, advance, truncate, shift, fill_rows, reset."""
+"""The cache's verbs: append, advance, truncate, shift, fill_rows, reset, reserve."""
 import numpy as np
 import pytest
 
@@ -63,3 +63,18 @@ def test_truncate_and_reset():
         cache.truncate(3)
     cache.reset()
     assert cache.length == 0 and cache.pad is None
+
+
+def test_reserve_keeps_what_is_cached_in_a_longer_cache():
+    cache = filled(capacity=4)
+    before = [cache.keys_values(layer) for layer in range(2)]
+    cache.reserve(3)  # room already: nothing changes
+    assert cache.capacity == 4
+    cache.reserve(9)
+    assert cache.capacity == 9 and cache.length == 4
+    for layer, (keys, values) in enumerate(before):
+        np.testing.assert_array_equal(cache.keys_values(layer)[0], keys)
+        np.testing.assert_array_equal(cache.keys_values(layer)[1], values)
+    new = np.full((2, 1, 5, 3), 7.0)
+    keys, _ = cache.append(1, new, new)  # five more positions now fit
+    assert keys.shape == (2, 1, 9, 3) and keys[1, 0, 3, 0] == 1103 and keys[0, 0, 8, 0] == 7.0
