@@ -45,6 +45,8 @@ def test_each_turn_equals_a_fresh_generation_and_reads_only_what_is_new(context_
         reply = list(respond(conversation, prompt, config, np.random.default_rng(turn)))
         expected = minillm.generate(model, prompt, 12, **knobs, seed=turn, stop_tokens=[END])
         assert reply == expected[len(prompt):]
+        # The cache is as long as this turn can fill, not the whole context.
+        assert conversation.cache.capacity == min(context_length, len(prompt) + 12)
         if context_length == 512 and turn:
             # The first read covers at most the prompt's new part (the last reply re-encoded,
             # the new message); the others are one token each.
