@@ -30,6 +30,13 @@ FEW_ROWS = 16
 # A matrix of at least this many entries (1 MiB in float32) is read from memory, not cache:
 # a large down projection is then kept row-major (docs/PERFORMANCE.md, "Layouts").
 LARGE_MATRIX = 2 ** 18
+# Up to this many rows by a matrix read from memory (at least LARGE_MATRIX entries) cost less
+# as one matrix-vector product per row, a block of CACHED_MATRIX entries of the matrix at a
+# time: the first row's product brings the block into the last-level cache (32 MiB here,
+# shared by both cores) and the others read it from there, where one BLAS call over a few rows
+# would pack the whole matrix first (docs/PERFORMANCE.md, "Few-row products").
+ROW_BY_ROW = 5
+CACHED_MATRIX = 2 ** 20  # 4 MiB in float32
 # int8 rows are widened to float about this many bytes at a time, near one core's L2 cache
 # (docs/PERFORMANCE.md, "int8").
 BLOCK_BYTES = 1024 * 1024
@@ -94,13 +101,27 @@ class Dense:
             return x @ w.T
         # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B products.
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        if not self.w.flags.f_contiguous:
+        if len(rows) <= ROW_BY_ROW and self.w.size >= LARGE_MATRIX:
+            y = row_by_row(rows, self.w if self.columns is None else self.columns)
+        elif not self.w.flags.f_contiguous:
             y = row_major_product(rows, self.w)
         elif len(rows) <= FEW_ROWS and rows.size * self.w.shape[0] > SMALL_PRODUCT:
             y = column_major_blocks(rows, self.w)
         else:
             y = rows @ self.w.T  # W.T is row-major
         return y.reshape(x.shape[:-1] + (self.w.shape[0],))
+
+
+def row_by_row(x, w):
+    """x @ W.T for a few rows x (N, in), one matrix-vector product per row, a block of W's
+    rows (at most CACHED_MATRIX entries) at a time: each block is read from memory once."""
+    y = np.empty((len(x), w.shape[0]), dtype=np.result_type(x, w))  # (N, out)
+    step = max(1, CACHED_MATRIX // w.shape[1])
+    for start in range(0, w.shape[0], step):
+        block = w[start:start + step]
+        for r in range(len(x)):
+            np.matmul(x[r], block.T, out=y[r, start:start + step])
+    return y
 
 
 def column_major_blocks(x, w):

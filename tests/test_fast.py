@@ -16,19 +16,25 @@ from tests.helpers import tiny_configs
 ATOL = 1e-12  # float64; the sums are the same up to the order BLAS adds them in
 
 
-@given(rows=st.sampled_from([1, 2, 5, 16, 17, 40]), order=st.sampled_from(["C", "F"]),
+@given(rows=st.sampled_from([1, 2, 3, 5, 16, 17, 40]), order=st.sampled_from(["C", "F"]),
        dtype=st.sampled_from([np.float32, np.float64]), batch=st.booleans(),
        tied=st.booleans())
 def test_dense_product_is_x_times_w_transposed_in_every_layout(rows, order, dtype, batch, tied):
-    """One row, a few rows in blocks of W's rows (3000 x 100 by 4 to 16 rows exceeds
-    SMALL_PRODUCT, the last block short), many rows in one call; row- and column-major W;
+    """One row; two to five rows one matrix-vector product each (3000 x 100 has at least
+    LARGE_MATRIX entries), by blocks of W's rows (CACHED_MATRIX made smaller here, so that
+    the last block is short); a few rows in blocks of W's rows (3000 x 100 by 4 to 16
+    rows exceeds SMALL_PRODUCT, the last block short); many rows in one call; row- and
+    column-major W;
     with and without the column-major copy of a tied output layer; rows of one text
     (1, T, in) or a batch of one-token rows (B, 1, in)."""
     rng = np.random.default_rng(rows)
     w = np.asarray(rng.standard_normal((3000, 100)), dtype=dtype, order=order)
+    assert w.size >= fast.LARGE_MATRIX
     weight = fast.Dense(w, columns=np.asfortranarray(w) if tied else None)
     x = rng.standard_normal((rows, 1, 100) if batch else (1, rows, 100)).astype(dtype)
-    y = weight.matmul(x)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast, "CACHED_MATRIX", 700 * 100)  # blocks of 700 rows, the last 200
+        y = weight.matmul(x)
     assert y.shape == x.shape[:2] + (3000,) and y.dtype == dtype
     expected = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4 if dtype == np.float32 else ATOL)

@@ -9,7 +9,9 @@ pass of T tokens (T = 1, 2, 3, 5, 8) is timed `CALLS` times in a row, rolling th
 after each (cache.truncate), with the logits of every position (as a verify pass needs them).
 Each round times every length; its figure for T is the seconds of a T-token pass over those of
 a one-token pass in the same round. Float32 and int8 (and int8 with the embeddings quantized,
-when minillm.quantize has that option).
+when minillm.quantize has that option). "Products alone" times only the pass's matrix products,
+the same way: how much of a pass's extra cost is BLAS multiplying T rows instead of one, and
+what share of a step the products are (the rest, attention, norms and glue, is minillm's own).
 """
 from __future__ import annotations
 
@@ -31,6 +33,38 @@ def pass_seconds(model, cache, tokens, start: int, calls: int) -> float:
         model.forward(tokens, cache)
         cache.truncate(start)
     return (time.perf_counter() - began) / calls
+
+
+def products_seconds(model, T: int, calls: int) -> float:
+    """Mean seconds of the matrix products alone of a T-token pass: x (T, in) times every
+    matrix a forward pass multiplies by (each layer's, then the output layer), through the same
+    products as forward (minillm.fast), with nothing between them: no attention, no norms, no
+    Python glue. What a pass would cost if the rest were free."""
+    matrices = [w for w in model.weights.values() if hasattr(w, "matmul")]
+    rng = np.random.default_rng(0)
+    inputs = {w.shape[1]: rng.standard_normal((T, w.shape[1])).astype(model.dtype)
+              for w in matrices}
+    began = time.perf_counter()
+    for _ in range(calls):
+        for w in matrices:
+            w.matmul(inputs[w.shape[1]])
+    return (time.perf_counter() - began) / calls
+
+
+def products_rows(kind, model, repeats: int, calls: int, step_seconds) -> list:
+    """The products alone: each length in one-token product sets, and their share of a step."""
+    seconds = {T: [] for T in LENGTHS}
+    products_seconds(model, max(LENGTHS), 1)  # warm-up
+    for _ in range(repeats):
+        for T in LENGTHS:
+            seconds[T].append(products_seconds(model, T, calls))
+    case = f"{kind}, products alone"
+    out = [Row("real-passes", case, f"pass of {T} token{'s' * (T > 1)}", "steps",
+               [t / one for t, one in zip(seconds[T], seconds[1])]) for T in LENGTHS[1:]]
+    share = float(np.median(seconds[1]) / np.median(step_seconds))
+    out[0].note = (f"the products of a one-token step take {share:.0%} of the whole step "
+                   f"({float(np.median(seconds[1])) * 1e3:.1f} ms)")
+    return out
 
 
 def run(ctx):
@@ -62,6 +96,7 @@ def run(ctx):
             ms = float(np.median(seconds[T])) * 1e3
             out.append(Row("real-passes", kind, f"pass of {T} token{'s' * (T > 1)}", "steps",
                            steps, note=f"{ms:.1f} ms per pass, {ms / T:.1f} ms per token"))
+        out += products_rows(kind, model, s.repeats, calls, seconds[1])
     if "minillm int8 + emb" not in real.int8_kinds():
         out.append(Row("real-passes", "int8 + emb", "all", "steps", missing=real.EMB_MISSING))
     return title, out
