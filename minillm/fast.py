@@ -185,7 +185,8 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
     Per group: the scale of group g multiplies only its own partial sum, so it cannot come out
     of the whole row; here it is applied to the widened block (one multiply per weight).
     The block is the left operand (block @ x.T): for a few rows of x, OpenBLAS is several times
-    faster that way round. buffer: (R, in) scratch in y's dtype, R rows per block.
+    faster that way round; two to ROW_BY_ROW rows are one matrix-vector product each, over the
+    block while it is in cache. buffer: (R, in) scratch in y's dtype, R rows per block.
     """
     out_features = q.shape[0]
     per_row = scale.ndim == 1
@@ -196,6 +197,10 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
         if not per_row:
             grouped = block.reshape(r1 - r0, scale.shape[1], -1)  # (R, G, g), a view
             grouped *= scale[r0:r1, :, None]
-        np.matmul(block, x.T, out=y_t[r0:r1])
+        if 1 < len(x) <= ROW_BY_ROW:  # a few rows: the block is in cache for each of them
+            for r in range(len(x)):
+                np.matmul(block, x[r], out=y_t[r0:r1, r])
+        else:
+            np.matmul(block, x.T, out=y_t[r0:r1])
     if per_row:
         y_t *= scale[:, None]
