@@ -32,9 +32,9 @@ FEW_ROWS = 16
 LARGE_MATRIX = 2 ** 18
 # Up to this many rows by a matrix read from memory (at least LARGE_MATRIX entries) cost less
 # as one matrix-vector product per row, a block of CACHED_MATRIX entries of the matrix at a
-# time: the first row's product brings the block into the last-level cache (32 MiB here,
-# shared by both cores) and the others read it from there, where one BLAS call over a few rows
-# would pack the whole matrix first (docs/PERFORMANCE.md, "Few-row products").
+# time: the first row's product brings the block into the last-level cache and the others
+# read it from there, where one BLAS call over a few rows would pack the whole matrix first
+# (docs/PERFORMANCE.md, "Few-row products").
 ROW_BY_ROW = 5
 CACHED_MATRIX = 2 ** 20  # 4 MiB in float32
 # int8 rows are widened to float about this many bytes at a time, near one core's L2 cache
