@@ -3,8 +3,8 @@
 The algorithm files hold the reference: `layers.linear` is `x @ W.T + b` and an int8 weight's
 product is `s_r (Q_r . x)`. This module changes *how* those products run, never *what* they
 compute: memory layouts chosen per matrix, big products cut into blocks that BLAS handles
-better, a few rows by a large matrix as one matrix-vector product each, a second copy of a tied output layer in the other layout, int8 widened a block at a
-time into a reused buffer. `Model(..., fast=True)` (the default) calls `prepare` once and
+better, a few rows by a large matrix as one matrix-vector product each, a second copy of a
+tied output layer in the other layout, int8 widened a block at a time into a reused buffer. `Model(..., fast=True)` (the default) calls `prepare` once and
 multiplies by the weights it returns; `Model(..., fast=False)`, or MINILLM_FAST=0 in the
 environment, runs the reference. tests/test_fast.py proves the two equal; docs/PERFORMANCE.md
 holds the measurements behind every device (`python -m bench.studies.few_rows`, ...).
