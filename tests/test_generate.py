@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import minillm
 from minillm.sampling import sample
 from minillm.generate import Rollout, generate, stream
-from tests.helpers import tiny_configs
+from minillm.testing.strategies import model_configs
 
 
 def _model(cfg, seed=3):
@@ -49,7 +49,7 @@ def record_logits(monkeypatch):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
@@ -84,7 +84,7 @@ def test_the_window_slide_follows_the_seed_policy(arch):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(2, 4)), W + 2)
@@ -193,7 +193,7 @@ def log_softmax(z):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
