@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="the PyTorch loop needs torch")
 
 from minillm.testing import Engine, check_batch_equivalence, check_cache_equivalence  # noqa
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB, CONTEXT, D = 13, 16, 8
 
 
