@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import minillm
 from minillm.sampling import sample
 from minillm.generate import Rollout, generate, stream
+from minillm.testing import slide_views
 from minillm.testing.strategies import model_configs
 
 
@@ -175,15 +176,6 @@ def test_exported():
     assert minillm.generate is generate
 
 
-def views_of(prompt, new_tokens, W):
-    """The view of the text each new token was drawn after, by the seed's slide policy."""
-    view, views = list(prompt)[-W:], []
-    for token in new_tokens:
-        views.append(list(view))
-        view = view + [token] if len(view) < W else (view + [token])[-max(1, W // 2):]
-    return views
-
-
 def log_softmax(z):
     z = np.asarray(z, dtype=np.float64)
     return z - z.max(axis=-1, keepdims=True) - np.log(
@@ -210,7 +202,8 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
         new = rollout.new_tokens
         assert rollout.tokens == prompt + new and len(new) == n
         assert len(rollout.logprobs) == len(rollout.raw_logprobs) == n
-        for i, (view, token) in enumerate(zip(views_of(prompt, new, W), new)):
+        views = slide_views(prompt, new, W, keep=max(1, W // 2))  # the seed's slide policy
+        for i, (view, token) in enumerate(zip(views, new)):
             z = model.forward(np.array([view]))[0, -1]
             drawn_from = minillm.filtered_probs(z, **knobs, history=np.array([view]))
             assert abs(rollout.logprobs[i] - np.log(drawn_from[token])) < 1e-10

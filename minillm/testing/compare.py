@@ -26,5 +26,6 @@ def assert_logits_close(got, want, atol: float, rtol: float, what: str, case: st
     if np.isnan(gap).any() or excess.max() > 0:
         where = np.unravel_index(np.argmax(np.nan_to_num(gap, nan=np.inf)), got.shape)
         worst = float(np.nanmax(gap)) if not np.isnan(gap).all() else float("nan")
+        row = where[0] if row is None else row
         raise AssertionError(f"{what}: logits differ by up to {worst:.3g} (atol {atol}, rtol "
-                             f"{rtol}) at row {where[0] if row is None else row}, position {first + where[1]}; {case}")
+                             f"{rtol}) at row {row}, position {first + where[1]}; {case}")

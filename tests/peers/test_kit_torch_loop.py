@@ -2,7 +2,6 @@
 for an engine written by hand (one attention layer, a cache of two tensors, no padding)."""
 import math
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch loop needs torch")
