@@ -17,7 +17,7 @@ from minillm.convert import (NAMINGS, Naming, config_from_hf, config_to_hf, dete
                              from_state_dict, half_to_interleaved, interleaved_to_half,
                              to_hf_state_dict)
 from minillm.layers import apply_rope, rope_tables
-from tests.helpers import tiny_configs
+from minillm.testing.strategies import model_configs
 
 
 def _hf_ready(cfg):
@@ -77,7 +77,7 @@ def test_interleaved_to_half_moves_even_rows_to_the_first_half():
 
 # -- the tables --------------------------------------------------------------------------------
 
-@given(cfg=tiny_configs(), seed=st.integers(0, 100))
+@given(cfg=model_configs(), seed=st.integers(0, 100))
 def test_hugging_face_layout_round_trip_is_exact(cfg, seed):
     cfg = _hf_ready(cfg)
     model = minillm.random_model(cfg, seed=seed)
@@ -119,7 +119,7 @@ def _source_dict(model, naming, transform=lambda name, w: w):
     return out
 
 
-@given(cfg=tiny_configs(arch="classic"))
+@given(cfg=model_configs(arch="classic"))
 def test_nanogpt_checkpoint_with_compile_prefix_and_mask_buffers(cfg):
     cfg = _hf_ready(cfg)
     model = minillm.random_model(cfg, seed=3)
@@ -132,7 +132,7 @@ def test_nanogpt_checkpoint_with_compile_prefix_and_mask_buffers(cfg):
     _assert_same_params(from_state_dict(sd, cfg, naming="nanogpt"), model.params)
 
 
-@given(cfg=tiny_configs(arch="modern"))
+@given(cfg=model_configs(arch="modern"))
 def test_meta_interleaved_checkpoint_is_permuted_back(cfg):
     cfg = minillm.ModelConfig(**{**cfg.to_dict(), "bias": False})  # Meta has no biases
     model = minillm.random_model(cfg, seed=4)
@@ -212,7 +212,7 @@ def test_unknown_naming_and_unrecognised_layout():
 
 # -- configs -----------------------------------------------------------------------------------
 
-@given(cfg=tiny_configs())
+@given(cfg=model_configs())
 def test_config_to_hf_and_back_is_the_same_config(cfg):
     cfg = _hf_ready(cfg)
     if cfg.arch == "modern" and cfg.activation != "silu":

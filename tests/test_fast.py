@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import minillm
 from minillm import fast
-from tests.helpers import tiny_configs
+from minillm.testing.strategies import model_configs
 
 ATOL = 1e-12  # float64; the sums are the same up to the order BLAS adds them in
 
@@ -69,7 +69,7 @@ def _logits_both_ways(model_fast, model_ref, tokens, chunks):
 def test_fast_model_equals_reference_model(arch, int8, data):
     """Logits with the fast path on equal the reference's (float64, 1e-12), for a prefill and
     for cached decoding in drawn chunks, batches included."""
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     seed = data.draw(st.integers(0, 2 ** 16))
     model_ref = minillm.random_model(cfg, seed=seed, dtype="float64", fast=False)
     model_fast = minillm.random_model(cfg, seed=seed, dtype="float64", fast=True)

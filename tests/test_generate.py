@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import minillm
 from minillm.sampling import sample
 from minillm.generate import Rollout, generate, stream
-from tests.helpers import tiny_configs
+from minillm.testing import slide_views
+from minillm.testing.strategies import model_configs
 
 
 def _model(cfg, seed=3):
@@ -49,7 +50,7 @@ def record_logits(monkeypatch):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
@@ -84,7 +85,7 @@ def test_the_window_slide_follows_the_seed_policy(arch):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(2, 4)), W + 2)
@@ -175,15 +176,6 @@ def test_exported():
     assert minillm.generate is generate
 
 
-def views_of(prompt, new_tokens, W):
-    """The view of the text each new token was drawn after, by the seed's slide policy."""
-    view, views = list(prompt)[-W:], []
-    for token in new_tokens:
-        views.append(list(view))
-        view = view + [token] if len(view) < W else (view + [token])[-max(1, W // 2):]
-    return views
-
-
 def log_softmax(z):
     z = np.asarray(z, dtype=np.float64)
     return z - z.max(axis=-1, keepdims=True) - np.log(
@@ -193,7 +185,7 @@ def log_softmax(z):
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @given(data=st.data())
 def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
-    cfg = data.draw(tiny_configs(arch=arch))
+    cfg = data.draw(model_configs(arch=arch))
     model = _model(cfg)
     W = cfg.context_length
     prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
@@ -210,7 +202,8 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
         new = rollout.new_tokens
         assert rollout.tokens == prompt + new and len(new) == n
         assert len(rollout.logprobs) == len(rollout.raw_logprobs) == n
-        for i, (view, token) in enumerate(zip(views_of(prompt, new, W), new)):
+        views = slide_views(prompt, new, W, keep=max(1, W // 2))  # the seed's slide policy
+        for i, (view, token) in enumerate(zip(views, new)):
             z = model.forward(np.array([view]))[0, -1]
             drawn_from = minillm.filtered_probs(z, **knobs, history=np.array([view]))
             assert abs(rollout.logprobs[i] - np.log(drawn_from[token])) < 1e-10

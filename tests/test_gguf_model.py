@@ -15,7 +15,7 @@ from minillm.quantize import QuantizedWeight
 from minillm.weights import WeightsError
 from tests.gguf_files import (FLOAT32, STRING, UINT32, llama_cpp_metadata, llama_cpp_tensors,
                               model_gguf_bytes)
-from tests.helpers import tiny_configs
+from minillm.testing.strategies import model_configs
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24,
                           n_layers=2, n_heads=6, n_kv_heads=2, d_ff=20, rope_theta=500.0)
@@ -49,7 +49,7 @@ def test_interleaved_to_half_undoes_llama_cpps_permute():
 
 
 @settings(max_examples=12)
-@given(cfg=tiny_configs(arch="modern", context_length=16))
+@given(cfg=model_configs(arch="modern", context_length=16))
 def test_a_llama_gguf_converts_to_the_same_model(cfg):
     """q and k rows permuted as llama.cpp permutes them come back; biases too (as in
     llama.cpp's converter); tied and untied output layers."""
@@ -60,7 +60,7 @@ def test_a_llama_gguf_converts_to_the_same_model(cfg):
 
 
 @settings(max_examples=12)
-@given(cfg=tiny_configs(arch="modern", context_length=16))
+@given(cfg=model_configs(arch="modern", context_length=16))
 def test_a_qwen2_gguf_is_not_permuted(cfg):
     cfg = dataclasses.replace(cfg, activation="silu")
     model = minillm.random_model(cfg, seed=2)

@@ -10,29 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
-from minillm.testing import (assert_batch_matches, assert_chunks_match, assert_rollback_matches,
-                             minillm_engine, rollback_cases)
-from tests.helpers import tiny_configs
+from minillm.testing import assert_batch_matches, assert_chunks_match, assert_rollback_matches
+from minillm.testing.strategies import (chunkings, model_configs, ragged_batches,
+                                        rollback_cases, token_arrays)
 
 ATOL = 1e-12
 
 
-def _tokens(draw, cfg, batch, length):
-    return np.array(draw(st.lists(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=length,
-                                           max_size=length), min_size=batch, max_size=batch)))
-
-
 @given(st.data())
 def test_decode_with_cache_equals_full_forward_at_every_step(data):
-    cfg = data.draw(tiny_configs())
+    cfg = data.draw(model_configs())
     model = minillm.random_model(cfg, seed=data.draw(st.integers(0, 2**16)), dtype="float64",
                                  std=0.5)
     batch = data.draw(st.integers(1, 3))
     length = data.draw(st.integers(2, cfg.context_length))
     prompt_len = data.draw(st.integers(1, length - 1))
-    tokens = _tokens(data.draw, cfg, batch, length)
+    tokens = data.draw(token_arrays(cfg.vocab_size, batch, length))
     # prefill, then one token a step: each against the uncached pass over the text so far
-    assert_chunks_match(minillm_engine(model), tokens, range(prompt_len, length), atol=ATOL)
+    assert_chunks_match(model, tokens, range(prompt_len, length), atol=ATOL)
     cache = model.new_cache(batch)
     for t in range(length):
         model.forward(tokens[:, t:t + 1], cache)
@@ -41,15 +36,14 @@ def test_decode_with_cache_equals_full_forward_at_every_step(data):
 
 @given(st.data())
 def test_prefill_in_one_call_equals_token_by_token_equals_random_chunks(data):
-    cfg = data.draw(tiny_configs())
+    cfg = data.draw(model_configs())
     model = minillm.random_model(cfg, seed=1, dtype="float64", std=0.5)
-    engine = minillm_engine(model)
     length = data.draw(st.integers(1, cfg.context_length))
-    tokens = _tokens(data.draw, cfg, 1, length)
-    whole = assert_chunks_match(engine, tokens, [], atol=ATOL)
-    one_by_one = assert_chunks_match(engine, tokens, range(1, length), atol=ATOL)
-    cuts = data.draw(st.sets(st.integers(1, max(1, length - 1)), max_size=4))
-    chunks = assert_chunks_match(engine, tokens, cuts, atol=ATOL)
+    tokens = data.draw(token_arrays(cfg.vocab_size, 1, length))
+    whole = assert_chunks_match(model, tokens, [], atol=ATOL)
+    one_by_one = assert_chunks_match(model, tokens, range(1, length), atol=ATOL)
+    cuts = data.draw(chunkings(length))
+    chunks = assert_chunks_match(model, tokens, cuts, atol=ATOL)
     np.testing.assert_allclose(one_by_one, whole, rtol=0, atol=ATOL)
     np.testing.assert_allclose(chunks, whole, rtol=0, atol=ATOL)
     last = data.draw(st.integers(1, length))
@@ -59,23 +53,18 @@ def test_prefill_in_one_call_equals_token_by_token_equals_random_chunks(data):
 
 @given(st.data())
 def test_left_padded_rows_equal_their_unpadded_forward(data):
-    cfg = data.draw(tiny_configs())
+    cfg = data.draw(model_configs())
     model = minillm.random_model(cfg, seed=2, dtype="float64", std=0.5)
-    length = data.draw(st.integers(2, cfg.context_length))
-    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=2, max_size=3))
-    tokens = _tokens(data.draw, cfg, len(pads), length)
-    split = data.draw(st.integers(1, length))
-    if split <= max(pads):  # the prefill must contain at least one real token per row
-        split = length
-    assert_batch_matches(minillm_engine(model), tokens, pads, atol=ATOL, split=split)
+    tokens, pads, split = data.draw(ragged_batches(cfg.vocab_size, 3, cfg.context_length))
+    assert_batch_matches(model, tokens, pads, atol=ATOL, split=split)
 
 
 @given(st.data())
 def test_rollback_equals_the_uncached_text(data):
-    cfg = data.draw(tiny_configs())
+    cfg = data.draw(model_configs())
     model = minillm.random_model(cfg, seed=3, dtype="float64", std=0.5)
     case = data.draw(rollback_cases(cfg.vocab_size, max_batch=2, max_length=cfg.context_length))
-    assert_rollback_matches(minillm_engine(model), *case, atol=ATOL)
+    assert_rollback_matches(model, *case, atol=ATOL)
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])

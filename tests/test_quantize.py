@@ -15,7 +15,7 @@ from hypothesis.extra.numpy import arrays
 import minillm
 from minillm import fast
 from minillm.quantize import QuantizedWeight, quantize_rows
-from tests.helpers import tiny_configs
+from minillm.testing.strategies import model_configs
 
 ELEMENTS = st.floats(-1e3, 1e3, allow_nan=False, allow_subnormal=False, width=32).filter(
     lambda v: v == 0 or abs(v) > 1e-20)
@@ -134,7 +134,7 @@ def _model(cfg, dtype="float64"):
     return minillm.random_model(cfg, seed=5, dtype=dtype, std=0.5)
 
 
-@given(tiny_configs())
+@given(model_configs())
 def test_quantize_replaces_linear_weights_only_and_keeps_the_tie(cfg):
     model = _model(cfg)
     model8 = minillm.quantize(model)
@@ -164,7 +164,7 @@ def test_quantized_logits_stay_close_to_float_logits():
 
 @given(st.data())
 def test_cached_equals_uncached_for_an_int8_model(data):
-    cfg = data.draw(tiny_configs())
+    cfg = data.draw(model_configs())
     model = minillm.quantize(_model(cfg))
     tokens = np.array([data.draw(st.lists(st.integers(0, cfg.vocab_size - 1),
                                           min_size=2, max_size=cfg.context_length))])

@@ -9,22 +9,13 @@ from hypothesis import strategies as st
 import minillm
 from minillm.sampling import (SamplingConfig, apply_repetition_penalty, filtered_probs,
                               sample_next_token)
-from minillm.testing import check_sampler
+from minillm.testing import check_draws
+from minillm.testing.strategies import logits as logit_arrays
 
 
-@st.composite
-def logit_rows(draw, max_rows=3, max_vocab=12, allow_neg_inf=True):
+def logit_rows(max_rows=3, max_vocab=12, allow_neg_inf=True):
     """(B, V) logits with exact ties (a few repeated values) and optional -inf entries."""
-    B, V = draw(st.integers(1, max_rows)), draw(st.integers(1, max_vocab))
-    values = [st.floats(-20, 20), st.sampled_from([-1.0, 0.0, 1.0, 2.5])]
-    if allow_neg_inf:
-        values.append(st.just(-math.inf))
-    z = np.array(draw(st.lists(st.one_of(*values), min_size=B * V, max_size=B * V)))
-    z = z.reshape(B, V)
-    for row in z:  # a model always gives every row at least one finite logit
-        if np.isneginf(row).all():
-            row[draw(st.integers(0, V - 1))] = draw(st.floats(-20, 20))
-    return z
+    return logit_arrays(max_rows, max_vocab, neg_inf=allow_neg_inf, huge=False)
 
 
 def softmax_reference(z, temperature=1.0):
@@ -193,7 +184,7 @@ def test_float32_logits_and_a_batch_row_by_row():
     dict(temperature=1.0), dict(temperature=0.6, top_k=6), dict(temperature=1.3, top_p=0.8),
     dict(temperature=0.9, min_p=0.08, repetition_penalty=1.8, history=[[0, 1, 2]])])
 def test_draws_follow_the_filtered_distribution(knobs):
-    """minillm.testing.check_sampler: no filtered-out token is ever drawn, and a chi-square
+    """minillm.testing.check_draws: no filtered-out token is ever drawn, and a chi-square
     test at the 0.1% level (four tests: about 0.004 false alarms in all; a fixed seed, so a
     given version of the code passes or fails deterministically)."""
     logits = np.random.default_rng(1).normal(0, 1.5, 20)
@@ -204,7 +195,7 @@ def test_draws_follow_the_filtered_distribution(knobs):
         return sample_next_token(z, **{**knobs, "history": rows}, rng=rng)
 
     config = SamplingConfig(**{k: v for k, v in knobs.items() if k != "history"})
-    check_sampler(sample, config, logits, None if history is None else history[0],
+    check_draws(sample, config, logits, None if history is None else history[0],
                   draws=40_000, seed=2024)
 
 

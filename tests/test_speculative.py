@@ -14,8 +14,8 @@ from minillm.sampling import SamplingConfig
 from minillm.generate import generate
 from minillm.sampling import draw, filtered_probs
 from minillm.speculative import accept, accept_greedy, residual, speculative_generate
-from minillm.testing import check_speculative, minillm_engine
-from tests.helpers import tiny_configs
+from minillm.testing import check_speculative_distribution, exact_sequence_distribution
+from minillm.testing.strategies import model_configs
 
 
 def distributions(n):
@@ -106,13 +106,13 @@ def follows_the_target(draft, knobs, runs=3000, k=2):
     """minillm.testing's chi-square check at the 0.1% level (a correct sampler fails with
     probability 1e-3) of speculative_generate's continuations of NEW tokens against the
     target's exact distribution. Raises AssertionError when they do not follow it."""
-    def generate(prompt, n, rng):
-        out, _ = speculative_generate(TARGET, draft, prompt, max_new_tokens=n, k=k, rng=rng,
+    def sample_fn(seed):
+        out, _ = speculative_generate(TARGET, draft, PROMPT, max_new_tokens=NEW, k=k, seed=seed,
                                       **knobs)
-        return out[len(prompt):]
+        return out[len(PROMPT):]
 
-    check_speculative(generate, minillm_engine(TARGET), PROMPT, SamplingConfig(**knobs),
-                      new_tokens=NEW, runs=runs, seed=1234)
+    exact = exact_sequence_distribution(TARGET, PROMPT, NEW, **knobs)
+    check_speculative_distribution(sample_fn, exact, runs=runs, seed=1234)
 
 
 @pytest.mark.parametrize("name", sorted(KNOBS))
@@ -136,16 +136,37 @@ class UnfilteredQDrafter(ModelDrafter):
         return guesses, raw
 
 
-@pytest.mark.parametrize("drafter, detected", [(ModelDrafter, False),
-                                               (UnfilteredQDrafter, True)])
-def test_negative_control_unfiltered_q_is_detected(drafter, detected):
-    """The same test with the correct drafter passes, and with the unfiltered q fails."""
-    knobs = dict(temperature=1.0, top_k=2)
-    if detected:
+class GreedyDrafter:
+    """A wrong drafter: it decodes greedily (its argmax) but reports its softmax q, a
+    distribution it did not draw the guesses from. Uncached, to stay short."""
+
+    def __init__(self, model, knobs: SamplingConfig):
+        self.model, self.knobs, self.calls = model, knobs, 0
+
+    def propose(self, text, k, rng):
+        W, guesses = self.model.config.context_length, []
+        q = np.zeros((k, self.model.config.vocab_size))
+        for i in range(k):
+            logits = self.model.forward(np.array([(text + guesses)[-W:]]))[0, -1]
+            q[i] = filtered_probs(logits, temperature=self.knobs.temperature)
+            guesses.append(int(np.argmax(q[i])))
+            self.calls += 1
+        return guesses, q
+
+
+@pytest.mark.parametrize("drafter, knobs", [
+    (ModelDrafter, dict(temperature=1.0, top_k=2)),
+    (UnfilteredQDrafter, dict(temperature=1.0, top_k=2)),
+    (GreedyDrafter, dict(temperature=1.0))], ids=["honest", "unfiltered_q", "greedy_guess"])
+def test_negative_controls_a_wrong_q_is_detected(drafter, knobs):
+    """The same test with the correct drafter passes (here with top-k; without it in
+    test_output_follows_the_target_distribution_whatever_the_draft), and with a q that is not
+    the distribution the guesses came from it fails."""
+    if drafter is ModelDrafter:
+        follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
+    else:
         with pytest.raises(AssertionError, match="do not follow the target"):
             follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
-    else:
-        follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
 
 
 def test_negative_control_always_accepting_is_detected(monkeypatch):
@@ -161,10 +182,10 @@ def test_negative_control_always_accepting_is_detected(monkeypatch):
 
 @given(st.data())
 def test_greedy_speculative_equals_greedy_target(data):
-    cfg = data.draw(tiny_configs(context_length=data.draw(st.integers(3, 12))))
+    cfg = data.draw(model_configs(context_length=data.draw(st.integers(3, 12))))
     target = minillm.random_model(cfg, seed=data.draw(st.integers(0, 99)), dtype="float64",
                                   std=1.0)
-    draft_cfg = data.draw(tiny_configs(context_length=data.draw(st.integers(3, 12))))
+    draft_cfg = data.draw(model_configs(context_length=data.draw(st.integers(3, 12))))
     draft_cfg.vocab_size = cfg.vocab_size
     draft = data.draw(st.sampled_from(["ngram", "model"]))
     if draft == "model":

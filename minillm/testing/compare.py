@@ -4,20 +4,28 @@ from __future__ import annotations
 import numpy as np
 
 
-def assert_logits_close(got, want, atol: float, rtol: float, what: str, case: str) -> None:
+def assert_logits_close(got, want, atol: float, rtol: float, what: str, case: str,
+                        first: int = 0, row: int | None = None) -> None:
     """Raise an AssertionError unless |got - want| <= atol + rtol |want| everywhere.
 
-    The message names the check (`what`), the largest difference and where it is (row,
-    position), and the case that produced it (`case`: the tokens fed), so that a failure can
-    be replayed by hand.
+    got, want: (B, T, V) logits of the text's positions first .. first + T - 1, or (T, V)
+    logits of one row, numbered `row` in the message. The message
+    names the check (`what`), the largest difference and where it is (row, position in the
+    text), and the case that produced it (`case`: the tokens fed), so that a failure can be
+    replayed by hand.
     """
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if row is not None:
+        got, want = got[None], want[None]
     if got.shape != want.shape:
         raise AssertionError(f"{what}: logits of shape {got.shape}, expected {want.shape}; "
                              f"{case}")
-    excess = np.abs(got - want) - (atol + rtol * np.abs(want))
-    if np.isnan(got).any() or excess.max() > 0:
-        where = np.unravel_index(np.nanargmax(np.abs(got - want)), got.shape)
-        worst = float(np.nanmax(np.abs(got - want)))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are -inf: equal
+        gap = np.where(got == want, 0.0, np.abs(got - want))
+    excess = gap - (atol + rtol * np.abs(want))
+    if np.isnan(gap).any() or excess.max() > 0:
+        where = np.unravel_index(np.argmax(np.nan_to_num(gap, nan=np.inf)), got.shape)
+        worst = float(np.nanmax(gap)) if not np.isnan(gap).all() else float("nan")
+        row = where[0] if row is None else row
         raise AssertionError(f"{what}: logits differ by up to {worst:.3g} (atol {atol}, rtol "
-                             f"{rtol}) at row {where[0]}, position {where[1]}; {case}")
+                             f"{rtol}) at row {row}, position {first + where[1]}; {case}")

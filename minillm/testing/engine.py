@@ -1,63 +1,60 @@
-"""What the checkers need from an inference engine: a few functions over NumPy arrays.
+"""What the checkers need from an inference engine: a small protocol, nothing more.
 
-An engine is anything that turns token ids into next-token logits. The checkers never see its
-classes or tensors, only these functions:
+An engine is any object with
 
-    forward(tokens, pad)        (B, T) int64 ids, (B,) left-padding counts or None
-                                -> (B, T, V) logits of every position, no cache
-    new_cache(batch_size, pad)  -> an empty cache object (anything the engine likes), for rows
-                                   left-padded by `pad` (None: no padding)
-    extend(cache, tokens)       (B, T) ids continuing the cached text -> (B, T, V) logits;
-                                the cache now holds those T tokens too
-    truncate(cache, n)          forget every cached token from position n on (rollback)
+    vocab_size, context_length             ints
+    new_cache(batch_size) -> cache         an empty cache: any object the engine keeps
+    forward(tokens, cache=None, pad=None)  (B, T) int ids -> (B, T, V) logits
 
-Padding: row r of a (B, T) batch is tokens[r, pad[r]:]; the first pad[r] ids are filler that
-the engine must ignore, and the row's positions count from its first real token. An engine
-without a cache, without padding or without rollback leaves that function out (None, or
-pad=None only) and the checkers that need it say so.
+Without a cache, `tokens` are the whole text. With one, they continue the text the cache
+holds, and the cache then holds them too. `pad` is the (B,) number of left-padding tokens of
+each row: row r is tokens[r, pad[r]:], its first pad[r] ids are filler the engine must ignore,
+and its positions count from its first real token. The checkers give `pad` to an uncached call
+or with the first chunk into an empty cache (the prefill), never later; an engine without
+batches may refuse it (check_batch_equivalence(..., ragged=False)). A cache that supports
+rollback has `truncate(length)`: forget every token from position `length` on.
+
+minillm.Model is an engine as it is. `Engine` makes one out of two functions, for an engine
+whose own objects do not have these names (docs/TESTING.md shows transformers and a plain
+PyTorch loop).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Engine:
-    """An engine as the checkers see it (see the module docstring for each function)."""
+    """An engine from functions: forward(tokens, cache=None, pad=None) -> (B, T, V) logits,
+    new_cache(batch_size) -> a cache (None for an engine without one)."""
 
     vocab_size: int
     context_length: int
     forward: Callable
     new_cache: Callable | None = None
-    extend: Callable | None = None
-    truncate: Callable | None = None
-    pads: bool = True  # whether forward and new_cache accept left padding
-
-    def require(self, *names: str) -> None:
-        """Raise a ValueError naming the functions a checker needs and this engine lacks."""
-        missing = [name for name in names if getattr(self, name) is None]
-        if "pads" in names and not self.pads:
-            missing.append("pads")
-        if missing:
-            raise ValueError(f"engine: this check needs {', '.join(missing)}; see "
-                             "minillm.testing.Engine")
 
 
-def minillm_engine(model) -> Engine:
-    """minillm's own Model as an Engine: the adapter is four one-line functions."""
+def logits_of(engine, tokens, cache=None, pad=None) -> np.ndarray:
+    """engine.forward as float64 logits (B, T, V); `pad` is passed only when some row has
+    padding, so that an engine refusing it is never asked."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if pad is not None and np.any(pad):
+        out = engine.forward(tokens, cache, np.asarray(pad, dtype=np.int64))
+    else:
+        out = engine.forward(tokens, cache)
+    return np.asarray(out, dtype=np.float64)
 
-    def new_cache(batch_size, pad=None):
-        return {"kv": model.new_cache(batch_size), "pad": pad}
 
-    def extend(cache, tokens):
-        # minillm takes the padding with the first chunk of an empty cache (the prefill).
-        pad = cache["pad"] if cache["kv"].length == 0 else None
-        return model.forward(tokens, cache["kv"], pad=pad)
+def require_cache(engine) -> None:
+    """Raise a ValueError unless the engine can make a cache."""
+    if getattr(engine, "new_cache", None) is None:
+        raise ValueError("engine: this check needs new_cache(batch_size); see "
+                         "minillm.testing.engine")
 
-    def truncate(cache, n):
-        cache["kv"].truncate(n)
 
-    return Engine(model.vocab_size, model.context_length,
-                  forward=lambda tokens, pad=None: model.forward(tokens, pad=pad),
-                  new_cache=new_cache, extend=extend, truncate=truncate)
+def can_truncate(cache) -> bool:
+    """Whether a cache supports rollback (has truncate(length))."""
+    return callable(getattr(cache, "truncate", None))

@@ -1,103 +1,88 @@
-"""Speculative decoding's output follows the target's distribution, whatever the drafter.
+"""A sampling loop's output follows the target's exact distribution, whatever it does inside.
 
-The check runs the engine's sampling loop `runs` times from one prompt and counts each
-continuation of `new_tokens` tokens. The exact probability of a continuation c is the chain
-rule over the target's filtered distributions (minillm.sampling's rule for the knobs):
+Speculative decoding claims its continuations have exactly the target's distribution, for any
+drafter. With a tiny vocabulary V and a few new tokens n, that distribution can be written
+down: the exact probability of every n-token continuation c, by the chain rule over the
+target's filtered distributions (minillm.sampling's rule for the knobs),
 
-    P(c) = prod_t p(c_t | prompt + c_<t)
+    P(c) = prod_t p(c_t | prompt + c_<t)            an array of shape (V,) * n
 
-and a chi-square test at the 0.1% level compares counts with runs * P (continuations expected
-fewer than 5 times pooled into one; minillm.testing.stats gives the false-alarm rate and the
-power). Nothing here is specific to speculative decoding: any sampling loop that claims to
-follow the target's distribution (plain generation included) can be checked the same way.
-The prompt and the continuation must fit the target's context (no window slides).
+and the loop's draws are compared with it by a chi-square test over the V^n continuations
+(minillm.testing.stats: continuations expected fewer than 5 times pooled into one, false-alarm
+rate FALSE_ALARM = 0.001, power given as the smallest total-variation error the test catches
+with probability 0.9 at that number of runs). Nothing here is specific to speculative decoding:
+any loop that claims to sample from the target (plain generation included) is checked the same
+way. The prompt and the continuation must fit the target's context (no window slides).
 """
 from __future__ import annotations
 
-from collections import Counter
+import itertools
 
 import numpy as np
 
 from ..sampling import SamplingConfig, probabilities
-from .engine import Engine
-from .stats import FALSE_ALARM, chi_square, chi_square_critical
+from .engine import logits_of
+from .stats import FALSE_ALARM, chi_square, chi_square_critical, smallest_detectable_tv
+
+MAX_CONTINUATIONS = 100_000  # V^n rows of forward passes: keep V and n small
 
 
-def likely_continuations(engine: Engine, prompt, knobs: SamplingConfig, new_tokens: int,
-                         min_prob: float) -> dict:
-    """{continuation: P(continuation)} for every continuation of probability >= min_prob.
-
-    A tree search, one depth at a time, each depth one batched forward pass: a prefix below
-    min_prob is dropped with everything under it (its continuations are all below min_prob
-    too), so at most 1 / min_prob prefixes are read per depth, whatever the vocabulary.
-    """
-    frontier = {(): 1.0}
-    for _ in range(new_tokens):
-        texts = np.array([list(prompt) + list(c) for c in frontier], dtype=np.int64)
-        logits = np.asarray(engine.forward(texts, None), dtype=np.float64)[:, -1]
-        history = [list(t) for t in texts] if knobs.penalises else None
-        probs = probabilities(logits, knobs, history)  # (prefixes, V)
-        grown = {}
-        for (prefix, mass), row in zip(frontier.items(), probs):
-            for token in np.flatnonzero(mass * row >= min_prob):
-                grown[prefix + (int(token),)] = mass * row[token]
-        frontier = grown
-    return frontier
-
-
-def continuation_probabilities(engine: Engine, prompt, continuations, knobs: SamplingConfig):
-    """P(c) for each continuation c (all of one length), by the chain rule: one forward pass
-    over prompt + c gives every factor."""
-    P = len(prompt)
-    texts = np.array([list(prompt) + list(c) for c in continuations], dtype=np.int64)
-    logits = np.asarray(engine.forward(texts, None), dtype=np.float64)
-    prob = np.ones(len(texts))
-    for t in range(texts.shape[1] - P):
-        history = [list(row[:P + t]) for row in texts] if knobs.penalises else None
-        p = probabilities(logits[:, P - 1 + t], knobs, history)  # (n, V): next after P + t
-        prob *= p[np.arange(len(texts)), texts[:, P + t]]
-    return prob
+def exact_sequence_distribution(engine, prompt, n: int, **knobs) -> np.ndarray:
+    """The exact probability of each n-token continuation of `prompt`, an array of shape
+    (V,) * n, under the target's distributions filtered by `knobs` (SamplingConfig's:
+    temperature, top_k, top_p, min_p, repetition_penalty). One uncached forward pass over the
+    V^n texts prompt + c gives every factor of the chain rule."""
+    config = SamplingConfig(**knobs)
+    V, P = engine.vocab_size, len(prompt)
+    if P < 1 or P + n > engine.context_length:
+        raise ValueError(f"prompt and n: need 1 <= {P} and {P} + {n} <= the context length "
+                         f"{engine.context_length}")
+    if V ** n > MAX_CONTINUATIONS:
+        raise ValueError(f"V^n = {V}^{n} continuations: too many to enumerate (at most "
+                         f"{MAX_CONTINUATIONS}); use a smaller vocabulary or fewer tokens")
+    continuations = np.array(list(itertools.product(range(V), repeat=n)), dtype=np.int64)
+    texts = np.concatenate([np.tile(np.asarray(prompt, dtype=np.int64), (V ** n, 1)),
+                            continuations], axis=1)  # (V^n, P + n)
+    logits = logits_of(engine, texts)  # (V^n, P + n, V)
+    prob = np.ones(V ** n)
+    for t in range(n):
+        history = [list(row[:P + t]) for row in texts] if config.penalises else None
+        p = probabilities(logits[:, P - 1 + t], config, history)  # (V^n, V): after P + t tokens
+        prob *= p[np.arange(V ** n), texts[:, P + t]]
+    return prob.reshape((V,) * n)
 
 
-def assert_continuations_follow(engine: Engine, prompt, knobs: SamplingConfig, outcomes) -> None:
-    """Continuations drawn by the loop under test (a list of tuples, all new_tokens long)
-    against the target's exact distribution: no impossible continuation, and a chi-square
-    statistic under the critical value."""
-    counts = Counter(tuple(int(t) for t in c) for c in outcomes)
-    runs, new_tokens = len(outcomes), len(next(iter(counts)))
-    seen = list(counts)
-    impossible = [c for c, p in zip(seen, continuation_probabilities(engine, prompt, seen, knobs))
-                  if p == 0]
-    if impossible:
-        raise AssertionError(f"drew continuations of probability 0 after {list(prompt)}: "
-                             f"{impossible[:5]}")
-    likely = likely_continuations(engine, prompt, knobs, new_tokens, min_prob=5.0 / runs)
-    observed = [counts.get(c, 0) for c in likely] + [runs - sum(counts.get(c, 0) for c in likely)]
-    expected = list(likely.values()) + [max(0.0, 1.0 - sum(likely.values()))]
-    stat, df = chi_square(observed, expected)
-    critical = chi_square_critical(df) if df > 0 else 0.0
-    if stat > critical:
-        worst = sorted(zip(likely, observed, expected), key=lambda x: -abs(x[1] - runs * x[2]))
+def check_speculative_distribution(sample_fn, exact_probs, runs: int = 3000,
+                                   seed: int = 1234) -> dict:
+    """sample_fn(seed) -> the n new tokens the loop under test samples (a speculative decoder
+    with any drafter, say), called with seeds seed, seed + 1, ..., seed + runs - 1; exact_probs:
+    exact_sequence_distribution's array (V,) * n. Fails (AssertionError) on a continuation of
+    probability 0 or a chi-square statistic at or above the critical value; a correct loop
+    fails with probability FALSE_ALARM. Returns what the test saw and could see:
+    {"statistic", "df", "critical", "false_alarm", "detectable_tv"} (detectable_tv: the
+    smallest total-variation error caught with probability 0.9 at this many runs)."""
+    exact = np.asarray(exact_probs, dtype=np.float64)
+    counts = np.zeros(exact.size, dtype=np.int64)
+    for i in range(runs):
+        c = tuple(int(t) for t in sample_fn(seed + i))
+        if len(c) != exact.ndim or min(c) < 0 or max(c) >= exact.shape[0]:
+            raise AssertionError(f"sample_fn({seed + i}) returned {c}; expected {exact.ndim} "
+                                 f"token ids in [0, {exact.shape[0]})")
+        if exact[c] == 0:
+            raise AssertionError(f"sample_fn({seed + i}) drew the continuation {c}, of "
+                                 "probability 0 under the target")
+        counts[np.ravel_multi_index(c, exact.shape)] += 1
+    stat, df = chi_square(counts, exact.ravel())
+    report = dict(statistic=stat, df=df, critical=chi_square_critical(df) if df > 0 else 0.0,
+                  false_alarm=FALSE_ALARM, detectable_tv=smallest_detectable_tv(exact, runs))
+    if stat > report["critical"]:
+        expected = runs * exact.ravel()
+        worst = np.argsort(-np.abs(counts - expected))[:3]
+        gaps = ", ".join(f"{tuple(int(t) for t in np.unravel_index(i, exact.shape))} "
+                         f"{counts[i]} vs {expected[i]:.1f}" for i in worst)
         raise AssertionError(
-            f"continuations of {list(prompt)} do not follow the target's distribution for "
-            f"{knobs}: chi-square {stat:.1f} > {critical:.1f} (df {df}, false-alarm rate "
-            f"{FALSE_ALARM}); largest gaps (continuation, count, expected): "
-            + ", ".join(f"{c} {o} {runs * e:.1f}" for c, o, e in worst[:3]))
-
-
-def check_speculative(generate, engine: Engine, prompt, knobs: SamplingConfig,
-                      new_tokens: int = 3, runs: int = 3000, seed: int = 1234) -> None:
-    """generate(prompt, new_tokens, rng) -> the new_tokens ids the loop under test samples
-    with `knobs` (a speculative decoder with any drafter, say), called `runs` times with one
-    rng = numpy.random.default_rng(seed). `engine` is the target, for the exact distribution.
-    Cost: `runs` calls of the loop, plus about new_tokens * runs / 5 rows of target forward
-    passes at most for the exact distribution (a few rows for a peaked one)."""
-    if len(prompt) + new_tokens > engine.context_length:
-        raise ValueError(f"prompt and new_tokens: {len(prompt) + new_tokens} tokens exceed the "
-                         f"target's context length {engine.context_length}")
-    rng = np.random.default_rng(seed)
-    outcomes = [tuple(generate(list(prompt), new_tokens, rng)) for _ in range(runs)]
-    if any(len(c) != new_tokens for c in outcomes):
-        raise AssertionError(f"generate returned continuations of lengths "
-                             f"{sorted({len(c) for c in outcomes})}, expected {new_tokens}")
-    assert_continuations_follow(engine, prompt, knobs, outcomes)
+            f"continuations do not follow the target's distribution: chi-square {stat:.1f} > "
+            f"{report['critical']:.1f} (df {df}, false-alarm rate {FALSE_ALARM}, {runs} runs "
+            f"catch a total-variation error of {report['detectable_tv']:.3f} with probability "
+            f"0.9); largest gaps (continuation, count vs expected): {gaps}")
+    return report

@@ -87,10 +87,37 @@ def power_by_noncentral_approximation(probs, actual_probs, n: int) -> float:
         if a[-1] > 0:
             return 1.0  # mass where the expected law has none: any draw there fails the test
         p, a = p[:-1], a[:-1]
-    df = len(p) - 1
     lam = n * float(((a - p) ** 2 / p).sum())
+    return power_at(len(p) - 1, lam)
+
+
+def power_at(df: int, lam: float) -> float:
+    """P(X^2 >= critical) for X^2 noncentral chi-square with df degrees of freedom and
+    noncentrality lam, by Patnaik's approximation (c chi^2_h, c = (df + 2 lam) / (df + lam),
+    h = (df + lam)^2 / (df + 2 lam)) and Wilson-Hilferty's normal tail of chi^2_h."""
     c, h = (df + 2 * lam) / (df + lam), (df + lam) ** 2 / (df + 2 * lam)
     x = chi_square_critical(df) / c
     w = 2.0 / (9.0 * h)
     z = ((x / h) ** (1 / 3) - (1 - w)) / math.sqrt(w)
     return 0.5 * math.erfc(z / math.sqrt(2))  # P(N(0, 1) > z)
+
+
+def smallest_detectable_tv(probs, n: int, power: float = 0.9) -> float:
+    """The smallest total-variation error the test of n samples against `probs` catches with
+    probability >= `power`, whatever the wrong distribution p' (within the pooled categories).
+
+    Moving mass d = TV(p, p') from a set A of categories to a set B gives a chi-square
+    distance w^2 = sum (p'_i - p_i)^2 / p_i >= d^2 (1 / p(A) + 1 / p(B)) >= 4 d^2
+    (Cauchy-Schwarz, then p(A) + p(B) <= 1), so every p' at distance d has noncentrality at
+    least 4 n d^2; the power grows with it, and d is found by bisection.
+    """
+    probs = np.asarray(probs, dtype=np.float64).ravel()
+    small = n * probs < 5.0
+    df = int((~small).sum()) + int(probs[small].sum() > 0) - 1
+    if df < 1 or power_at(df, 4.0 * n) < power:
+        return 1.0  # too few categories or samples to promise anything below TV 1
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if power_at(df, 4.0 * n * mid * mid) >= power else (mid, hi)
+    return hi

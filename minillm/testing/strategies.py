@@ -1,0 +1,150 @@
+"""Hypothesis strategies for testing an inference engine: tiny models, texts, ways to cut a text
+into chunks, ragged batches, awkward logits and sampling knobs.
+
+Every strategy draws plain NumPy arrays, lists or minillm objects, so they combine with any
+engine's own tests (`@given(chunk_cases(vocab_size=50))`). Sizes are small on purpose: a bug in
+a cache or a mask shows on texts of a few tokens, and Hypothesis shrinks a failure to one.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ..config import ModelConfig
+from ..model import random_model
+from ..sampling import SamplingConfig
+
+
+@st.composite
+def model_configs(draw, arch=None, context_length=None):
+    """Small configs of either architecture ("classic" GPT-2 style, "modern" Llama style):
+    grouped-query attention, odd sizes, tied and untied, with and without biases, every
+    activation."""
+    arch = arch or draw(st.sampled_from(["classic", "modern"]))
+    n_kv_heads = draw(st.integers(1, 3))
+    group = draw(st.integers(1, 3)) if arch == "modern" else 1
+    n_heads = n_kv_heads * group
+    head_dim = draw(st.sampled_from([2, 4, 6] if arch == "modern" else [1, 3, 4, 5]))
+    activation = draw(st.sampled_from(
+        ["gelu", "gelu_tanh"] if arch == "classic" else ["silu", "silu", "gelu"]))
+    return ModelConfig(
+        arch=arch,
+        vocab_size=draw(st.integers(3, 40)),
+        context_length=context_length or draw(st.integers(4, 24)),
+        d_model=n_heads * head_dim,
+        n_layers=draw(st.integers(1, 3)),
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ff=draw(st.integers(1, 20)),
+        tie_embeddings=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        activation=activation,
+        rope_theta=draw(st.sampled_from([100.0, 10000.0])),
+    )
+
+
+@st.composite
+def random_models(draw, configs=None, dtype="float64", std=0.5):
+    """minillm models with seeded random weights (std 0.5: logits of order one, so that a
+    wrong cache or mask moves them visibly); configs: a strategy, model_configs() by default."""
+    config = draw(configs if configs is not None else model_configs())
+    return random_model(config, seed=draw(st.integers(0, 2**16)), dtype=dtype, std=std)
+
+
+def token_arrays(vocab_size: int, batch: int, length: int):
+    """(batch, length) int64 token ids in [0, vocab_size)."""
+    ids = st.integers(0, vocab_size - 1)
+    return st.lists(st.lists(ids, min_size=length, max_size=length), min_size=batch,
+                    max_size=batch).map(lambda rows: np.array(rows, dtype=np.int64))
+
+
+def token_sequences(vocab_size: int, min_length: int = 1, max_length: int = 16):
+    """One text: a list of ids in [0, vocab_size)."""
+    return st.lists(st.integers(0, vocab_size - 1), min_size=min_length, max_size=max_length)
+
+
+def chunkings(length: int):
+    """Where to cut a text of `length` tokens into chunks: sorted cuts in (0, length). One call
+    (no cut), token by token (every cut) and random chunks are all drawn."""
+    every = list(range(1, length))
+    return st.one_of(st.just([]), st.just(every),
+                     st.sets(st.integers(1, max(1, length - 1)), max_size=length).map(
+                         lambda cuts: sorted(c for c in cuts if c < length)))
+
+
+@st.composite
+def chunk_cases(draw, vocab_size: int, max_batch: int = 2, max_length: int = 16):
+    """(tokens (B, T), cuts): a batch of texts and where to cut it into chunks."""
+    batch = draw(st.integers(1, max_batch))
+    length = draw(st.integers(1, max_length))
+    return draw(token_arrays(vocab_size, batch, length)), draw(chunkings(length))
+
+
+@st.composite
+def rollback_cases(draw, vocab_size: int, max_batch: int = 2, max_length: int = 16):
+    """(tokens (B, T), keep, more (B, M)): cache tokens, truncate to keep, feed more; the text
+    tokens[:, :keep] + more fits in max_length."""
+    batch = draw(st.integers(1, max_batch))
+    length = draw(st.integers(1, max_length - 1))
+    keep = draw(st.integers(0, length))
+    tokens = draw(token_arrays(vocab_size, batch, length))
+    more = draw(token_arrays(vocab_size, batch, draw(st.integers(1, max_length - keep))))
+    return tokens, keep, more
+
+
+@st.composite
+def ragged_batches(draw, vocab_size: int, max_batch: int = 3, max_length: int = 16,
+                   ragged: bool = True):
+    """(tokens (B, T), pad (B,), split): B >= 2 left-padded rows (row r is tokens[r, pad[r]:]),
+    filler ids drawn like real ones, and a prefill length split > max(pad), so that every row
+    has a real token in its prefill. ragged=False: rows of equal length (pad all 0)."""
+    batch = draw(st.integers(2, max_batch))
+    length = draw(st.integers(1, max_length))
+    tokens = draw(token_arrays(vocab_size, batch, length))
+    pads = st.integers(0, length - 1) if ragged else st.just(0)
+    pad = np.array(draw(st.lists(pads, min_size=batch, max_size=batch)), dtype=np.int64)
+    split = draw(st.integers(int(pad.max()) + 1, length))
+    return tokens, pad, split
+
+
+@st.composite
+def logits(draw, max_rows=3, max_vocab=12, neg_inf=True, huge=True):
+    """(B, V) float64 logits with exact ties (a few repeated values), -inf entries (tokens an
+    earlier stage removed) and huge values (+-1e300, +-3.4e38: overflow traps); every row keeps
+    at least one finite logit, as a model's always does."""
+    B, V = draw(st.integers(1, max_rows)), draw(st.integers(1, max_vocab))
+    values = [st.floats(-20, 20), st.sampled_from([-1.0, 0.0, 1.0, 2.5])]
+    if neg_inf:
+        values.append(st.just(-math.inf))
+    if huge:
+        values.append(st.sampled_from([1e300, -1e300, 3.4e38, -3.4e38]))
+    z = np.array(draw(st.lists(st.one_of(*values), min_size=B * V, max_size=B * V)))
+    z = z.reshape(B, V)
+    for row in z:
+        if np.isneginf(row).all():
+            row[draw(st.integers(0, V - 1))] = draw(st.floats(-20, 20))
+    return z
+
+
+@st.composite
+def smooth_logits(draw, max_rows=3, vocab_size=50):
+    """(B, vocab_size) logits scale * N(0, 1) from a drawn seed, scale 0.5, 3 or 10: continuous
+    values, no ties, a long tail for the filters to cut."""
+    rows, seed = draw(st.integers(1, max_rows)), draw(st.integers(0, 2**32 - 1))
+    scale = draw(st.sampled_from([0.5, 3.0, 10.0]))
+    return scale * np.random.default_rng(seed).standard_normal((rows, vocab_size))
+
+
+@st.composite
+def sampling_knobs(draw, greedy=True, penalty=True):
+    """A minillm.sampling.SamplingConfig: temperature (0, greedy, when `greedy`), top-k, top-p,
+    min-p and the repetition penalty (when `penalty`), each on or off, edge values included."""
+    temperatures = [0.0, 1e-6, 0.7, 1.0, 30.0] if greedy else [1e-6, 0.7, 1.0, 30.0]
+    return SamplingConfig(
+        temperature=draw(st.sampled_from(temperatures)),
+        top_k=draw(st.sampled_from([None, 1, 2, 5])),
+        top_p=draw(st.sampled_from([None, 1e-9, 0.5, 0.95])),
+        min_p=draw(st.sampled_from([None, 0.1, 1.0])),
+        repetition_penalty=draw(st.sampled_from([None, 1.3])) if penalty else None)
