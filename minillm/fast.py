@@ -6,8 +6,9 @@ compute: memory layouts chosen per matrix, big products cut into blocks that BLA
 better, a few rows by a large matrix as one matrix-vector product each, a second copy of a
 tied output layer in the other layout, int8 widened a block at a time into a reused buffer.
 `Model(..., fast=True)` (the default) calls `prepare` once and multiplies by the weights it
-returns; `Model(..., fast=False)`, or MINILLM_FAST=0 in the environment, runs the reference. tests/test_fast.py proves the two equal; docs/PERFORMANCE.md
-holds the measurements behind every device (`python -m bench.studies.few_rows`, ...).
+returns; `Model(..., fast=False)`, or MINILLM_FAST=0 in the environment, runs the reference.
+tests/test_fast.py proves the two equal; docs/PERFORMANCE.md holds the measurements behind
+every device (`python -m bench.studies.few_rows`, ...).
 
 Each prepared weight is an object with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
 already speaks for quantized weights, so the model code is the same on both paths.
