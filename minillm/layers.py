@@ -23,15 +23,16 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def layer_norm(x, weight, bias, eps: float):
     """LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, over the last axis."""
-    centred = x - x.mean(axis=-1, keepdims=True)
-    var = (centred * centred).mean(axis=-1, keepdims=True)
+    D = x.shape[-1]
+    centred = x - x.sum(axis=-1, keepdims=True) / D
+    var = (centred * centred).sum(axis=-1, keepdims=True) / D
     out = centred / np.sqrt(var + eps) * weight
     return out if bias is None else out + bias
 
 
 def rms_norm(x, weight, eps: float):
     """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight, over the last axis (no centring)."""
-    mean_square = (x * x).mean(axis=-1, keepdims=True)  # (.., 1)
+    mean_square = (x * x).sum(axis=-1, keepdims=True) / x.shape[-1]  # (.., 1)
     return x / np.sqrt(mean_square + eps) * weight
 
 
