@@ -40,7 +40,8 @@ def products_seconds(model, T: int, calls: int) -> float:
     matrix a forward pass multiplies by (each layer's, then the output layer), through the same
     products as forward (minillm.fast), with nothing between them: no attention, no norms, no
     Python glue. What a pass would cost if the rest were free."""
-    matrices = [w for w in model.weights.values() if hasattr(w, "matmul")]
+    matrices = [w for name, w in model.weights.items()  # embeddings are looked up, not multiplied
+                if hasattr(w, "matmul") and not name.endswith("emb.weight")]
     rng = np.random.default_rng(0)
     inputs = {w.shape[1]: rng.standard_normal((T, w.shape[1])).astype(model.dtype)
               for w in matrices}
