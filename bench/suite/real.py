@@ -19,7 +19,7 @@ import os
 
 import minillm
 
-from .timing import Missing
+from .timing import Missing, Row
 
 NAME = "smollm2-135m-instruct"
 PARAGRAPH = (
@@ -50,6 +50,15 @@ def absent():
         return None
     return Missing(f"{', '.join(gone)} not found: `minillm fetch {NAME}` writes both "
                    f"(folder: $MINILLM_CACHE, else ~/.cache/minillm)")
+
+
+def missing_rows(workload: str, unit: str):
+    """A workload's whole table when the files are absent: one "missing" row saying how to get
+    them. None when they are there."""
+    gone = absent()
+    if gone is None:
+        return None
+    return [Row(workload, "SmolLM2-135M-Instruct", "all", unit, missing=gone.reason)]
 
 
 def model(ctx):

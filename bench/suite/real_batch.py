@@ -62,10 +62,9 @@ def run(ctx):
     B, N = len(TASKS), s.real_tokens
     title = (f"R4. Real model: {B} prompts of {s.real_prompt} tokens decoded together against "
              f"one, {N} new tokens each, greedy, decode steps only")
-    gone = real.absent()
-    if gone:
-        return title, [Row("real-batch", "SmolLM2-135M-Instruct", "all", "tokens/s",
-                           missing=gone.reason)]
+    missing = real.missing_rows("real-batch", "tokens/s")
+    if missing:
+        return title, missing
     model = real.model(ctx)
     prompts = batch_prompts(model.tokenizer, s.real_prompt)
     batches = {"minillm f32, batch 1": prompts[:1], f"minillm f32, batch {B}": prompts}

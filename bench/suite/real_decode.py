@@ -133,10 +133,9 @@ def run(ctx):
     P, N = s.real_prompt, s.real_tokens
     title = (f"R1. Real model, SmolLM2-135M-Instruct: prefill of a {P}-token chat prompt, then "
              f"{N} new tokens, batch 1, greedy, one process per contender")
-    gone = real.absent()
-    if gone:
-        return title, [Row("real-decode", "SmolLM2-135M-Instruct", "all", "tokens/s",
-                           missing=gone.reason)]
+    missing = real.missing_rows("real-decode", "tokens/s")
+    if missing:
+        return title, missing
     prompt = real.prompt(real.model(ctx).tokenizer, P)
     out = []
     for threads in s.real_threads:
@@ -144,7 +143,8 @@ def run(ctx):
         workers, answers, peaks = measure(threads, prompt, N, s.repeats)
         out += table_rows(threads, workers, answers, peaks, bw, P, N)
         if threads == 1:
-            out.append(int8_ceiling_row(bw, workers, out, f"1 thread, decode {N} tokens"))
+            out.append(int8_ceiling_row(bw, workers, out, f"1 thread, decode {N} tokens",
+                                        real.model(ctx).config.d_model))
     return title, out
 
 
@@ -185,7 +185,7 @@ def table_rows(threads, workers, answers, peaks, bw, P, N) -> list:
     return prefill + decode
 
 
-def int8_ceiling_row(bw, workers, rows, case) -> Row:
+def int8_ceiling_row(bw, workers, rows, case, width: int) -> Row:
     """The ceiling of int8 decoding by widening blocks (bench.suite.roofline.widening_ceiling),
     for the all-int8 model, next to what it reached and to the float32 roofline."""
     from minillm.fast import BLOCK_BYTES
@@ -194,7 +194,7 @@ def int8_ceiling_row(bw, workers, rows, case) -> Row:
     int8, f32 = workers.get(name), workers.get("minillm f32")
     if any(w is None or isinstance(w, Missing) for w in (int8, f32)):
         return Row("real-decode", case, label, "tokens/s", missing=f"{name} or f32 did not run")
-    seconds = roofline.widening_ceiling(bw, BLOCK_BYTES)
+    seconds = roofline.widening_ceiling(bw, BLOCK_BYTES, width)
     weights = int8.ready["bytes_per_token"]  # int8: a byte per weight (and a few scales)
     ceiling = 1 / (weights * seconds)
     reached = next(r.median for r in rows if r.contender == name and r.case == case)

@@ -72,10 +72,9 @@ def run(ctx):
     s = ctx["settings"]
     title = (f"R2. Real model: one forward pass of T tokens with {s.real_prompt} cached, in "
              "one-token steps (a speculative verify pass reads k + 1 tokens)")
-    gone = real.absent()
-    if gone:
-        return title, [Row("real-passes", "SmolLM2-135M-Instruct", "all", "steps",
-                           missing=gone.reason)]
+    missing = real.missing_rows("real-passes", "steps")
+    if missing:
+        return title, missing
     f32 = real.model(ctx)
     prompt = np.array([real.prompt(f32.tokenizer, s.real_prompt)])
     models = {"float32": f32}

@@ -22,7 +22,7 @@ import statistics
 
 import minillm
 
-from . import real
+from . import real, speculative
 from .timing import Missing, Row, measure, rows
 
 # Guesses per round for prompt lookup: quoted text is kept in long runs, so a round of 8
@@ -41,11 +41,9 @@ def first_layers():
 
 
 def note(stats, text, plain, temperature) -> str:
-    same = ""
-    if temperature == 0:
-        same = "; same text as plain" if list(text) == list(plain) else "; TEXT DIFFERS"
-    return (f"{stats.new_tokens} tokens, {stats.acceptance_rate:.0%} of guesses kept, "
-            f"{stats.tokens_per_target_call:.2f} tokens per target pass{same}")
+    """The speculative workload's note (acceptance, tokens per pass, same text), with the count
+    of new tokens: the real model stops at its end token."""
+    return f"{stats.new_tokens} tokens, " + speculative.note(stats, text, plain, temperature)
 
 
 def compare(target, drafters: dict, prompt, n, temperature, stops, repeats, warm):
@@ -80,10 +78,9 @@ def run(ctx):
     s = ctx["settings"]
     title = (f"R3. Real model: speculative decoding against plain decoding, up to "
              f"{s.real_tokens} new tokens")
-    gone = real.absent()
-    if gone:
-        return title, [Row("real-speculative", "SmolLM2-135M-Instruct", "all", "s",
-                           missing=gone.reason)]
+    missing = real.missing_rows("real-speculative", "s")
+    if missing:
+        return title, missing
     target = real.model(ctx)
     tok = target.tokenizer
     out = []

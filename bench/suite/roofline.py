@@ -56,7 +56,8 @@ def nbytes(w) -> int:
     return sum(v.nbytes for v in vars(w).values() if isinstance(v, np.ndarray))
 
 
-def widening_ceiling(bandwidth_bytes: float, block_bytes: int, tries: int = 7) -> float:
+def widening_ceiling(bandwidth_bytes: float, block_bytes: int, in_features: int,
+                     tries: int = 7) -> float:
     """Seconds per int8 weight of a one-row product that widens int8 to float32 a block at a
     time (minillm.fast.Int8): the ceiling of int8 decoding in NumPy, which has no int8 x float
     product. Each weight costs its byte read from memory, its widening into a block that stays
@@ -68,11 +69,11 @@ def widening_ceiling(bandwidth_bytes: float, block_bytes: int, tries: int = 7) -
     against 4 / bandwidth for a float32 weight: int8 pays only when the two measured rates are
     high next to the bandwidth.
     """
-    rows = max(1, block_bytes // (4 * 576))
+    rows = max(1, block_bytes // (4 * in_features))  # a block of rows of in_features weights
     rng = np.random.default_rng(0)
-    q = rng.integers(-127, 128, (rows, 576), dtype=np.int8)
-    block = np.empty((rows, 576), dtype=np.float32)
-    x = np.ones(576, dtype=np.float32)
+    q = rng.integers(-127, 128, (rows, in_features), dtype=np.int8)
+    block = np.empty((rows, in_features), dtype=np.float32)
+    x = np.ones(in_features, dtype=np.float32)
     y = np.empty(rows, dtype=np.float32)
     widen, product = [], []
     for _ in range(tries):
@@ -84,5 +85,6 @@ def widening_ceiling(bandwidth_bytes: float, block_bytes: int, tries: int = 7) -
             np.matmul(block, x, out=y)
         widen.append(middle - start)
         product.append(time.perf_counter() - middle)
-    per_weight = lambda seconds: float(np.median(seconds)) / (20 * q.size)  # noqa: E731
-    return 1 / bandwidth_bytes + per_weight(widen) + per_weight(product)
+    calls = 20 * q.size  # weights widened, then multiplied, per timing
+    return (1 / bandwidth_bytes + float(np.median(widen)) / calls
+            + float(np.median(product)) / calls)
