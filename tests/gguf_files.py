@@ -107,3 +107,25 @@ def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=()) -> by
     tensors = [(name, w.shape, F32, w.tobytes())
                for name, w in llama_cpp_tensors(model, permute).items()]
     return gguf_bytes(llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors)
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tokenizer_metadata(n_tokens=40) -> list:
+    """(key, type, value) of a byte-level BPE tokenizer of `n_tokens` tokens, as llama.cpp
+    writes SmolLM2's: three control tokens, then single characters, then two merged tokens."""
+    letters = [chr(c) for c in range(ord("a"), ord("a") + n_tokens - 5)]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + letters + ["ab", "abc"]
+    return [("tokenizer.ggml.model", STRING, "gpt2"),
+            ("tokenizer.ggml.pre", STRING, "smollm"),
+            ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+            ("tokenizer.ggml.token_type", ARRAY, (INT32, [3, 3, 3] + [1] * (n_tokens - 3))),
+            ("tokenizer.ggml.merges", ARRAY, (STRING, ["a b", "ab c"])),
+            ("tokenizer.ggml.bos_token_id", UINT32, 1),
+            ("tokenizer.ggml.eos_token_id", UINT32, 2),
+            ("tokenizer.ggml.padding_token_id", UINT32, 2),
+            ("tokenizer.ggml.unknown_token_id", UINT32, 0),
+            ("tokenizer.ggml.add_bos_token", BOOL, False),
+            ("tokenizer.chat_template", STRING, CHATML)]
