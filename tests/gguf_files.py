@@ -102,11 +102,23 @@ def llama_cpp_metadata(cfg, arch="llama") -> list:
             (f"{arch}.rope.dimension_count", UINT32, cfg.head_dim)]
 
 
-def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=()) -> bytes:
-    """A float32 GGUF file of a modern minillm model."""
-    tensors = [(name, w.shape, F32, w.tobytes())
+def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=(), q8_0=False) -> bytes:
+    """A GGUF file of a modern minillm model: float32, or with q8_0 its matrices in Q8_0 (rows
+    must then be whole blocks of 32) as llama.cpp quantizes them, the norms float32."""
+    tensors = [(name, w.shape, Q8_0, q8_0_bytes(w)) if q8_0 and w.ndim == 2 else
+               (name, w.shape, F32, w.tobytes())
                for name, w in llama_cpp_tensors(model, permute).items()]
     return gguf_bytes(llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors)
+
+
+def q8_0_bytes(w) -> bytes:
+    """Q8_0 blocks of 32 values: a float16 scale d = max|x| / 127 and 32 int8 round(x / d)."""
+    x = np.asarray(w, np.float32).reshape(-1, 32)
+    d = np.abs(x).max(axis=1) / 127
+    inverse = np.divide(1, d, out=np.zeros_like(d), where=d > 0)
+    blocks = np.zeros(len(x), dtype=[("d", "<f2"), ("qs", "i1", 32)])
+    blocks["d"], blocks["qs"] = d, np.round(x * inverse[:, None])
+    return blocks.tobytes()
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -129,3 +141,28 @@ def tokenizer_metadata(n_tokens=40) -> list:
             ("tokenizer.ggml.unknown_token_id", UINT32, 0),
             ("tokenizer.ggml.add_bos_token", BOOL, False),
             ("tokenizer.chat_template", STRING, CHATML)]
+
+
+def valid_files() -> dict:
+    """{name: GGUF bytes} of one file of every kind minillm reads: Llama (tied and untied
+    output layer), Mistral, Qwen2 (q/k/v biases), a Q8_0 model, a model with its tokenizer,
+    and a file holding a tokenizer only (no tensors: it reads, and does not convert)."""
+    from minillm import ModelConfig, random_model
+
+    cfg = ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24, n_layers=2,
+                      n_heads=6, n_kv_heads=2, d_ff=20, rope_theta=500.0)
+    untied = ModelConfig(**{**cfg.to_dict(), "tie_embeddings": False, "n_layers": 1})
+    biased = ModelConfig(**{**cfg.to_dict(), "bias": True, "n_kv_heads": 3})
+    blocks = ModelConfig(**{**cfg.to_dict(), "d_model": 32, "n_heads": 4, "d_ff": 32})
+    model = random_model(cfg, seed=1)
+    return {
+        "llama": model_gguf_bytes(model),
+        "llama-untied": model_gguf_bytes(random_model(untied, seed=2)),
+        "mistral": model_gguf_bytes(model, arch="mistral"),
+        "qwen2-bias": model_gguf_bytes(random_model(biased, seed=3), arch="qwen2",
+                                       permute=False),
+        "llama-q8_0": model_gguf_bytes(random_model(blocks, seed=4), q8_0=True),
+        "llama-tokenizer": model_gguf_bytes(model, extra_metadata=tokenizer_metadata(40)),
+        "vocab-only": gguf_bytes([("general.architecture", STRING, "llama")]
+                                 + tokenizer_metadata(40)),
+    }

@@ -202,6 +202,13 @@ MALFORMED = {
                                "truncated file: tensor 'w' needs 8 bytes"),
     "truncated data": (gguf_bytes([], [VALID_TENSOR])[:-1], "runs past the end of the file"),
     "duplicate tensor": (gguf_bytes([], [VALID_TENSOR, VALID_TENSOR]), "'w' appears twice"),
+    "overlapping data": (gguf_bytes([], [VALID_TENSOR, ("v",) + VALID_TENSOR[1:]],
+                                    offsets=[0, 32]),
+                         "tensor 'v': data at offset 32 overlaps or precedes the data of "
+                         "tensor 'w', which ends at 64"),
+    "data out of order": (gguf_bytes([], [VALID_TENSOR, ("v",) + VALID_TENSOR[1:]],
+                                     offsets=[64, 0]),
+                          "tensor 'v': data at offset 0 overlaps or precedes"),
 }
 
 

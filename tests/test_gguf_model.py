@@ -13,10 +13,10 @@ from minillm.cli import main
 from minillm.convert import convert, interleaved_to_half, model_from_gguf
 from minillm.quantize import QuantizedWeight
 from minillm.weights import WeightsError
-from minillm.tokenizer import Tokenizer
+from minillm.tokenizer import Tokenizer, same_tokens
 from tests.gguf_files import (ARRAY, BOOL, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
                               llama_cpp_metadata, llama_cpp_tensors, model_gguf_bytes,
-                              tokenizer_metadata)
+                              tokenizer_metadata, valid_files)
 from minillm.testing.strategies import model_configs
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24,
@@ -303,3 +303,51 @@ def test_the_tokenizer_reads_the_checked_metadata_and_refuses_in_the_same_terms(
                        ("tokenizer.ggml.eos_token_id", float("inf"))]:
         with pytest.raises(WeightsError, match=f"^{key}: found "):
             Tokenizer.from_gguf({**metadata, key: value})
+
+
+# ---------------------------------------------------------------------- convert, then load
+
+def converted_and_reloaded(path, folder):
+    """The model converted from the GGUF file at `path`, and that model saved and loaded."""
+    model = model_from_gguf(path)
+    minillm.save(model, Path(folder) / "m.npz")
+    return model, minillm.load(Path(folder) / "m.npz")
+
+
+def assert_same_after_reload(model, loaded):
+    assert loaded.config == model.config
+    assert model.params.keys() == loaded.params.keys()
+    for name, value in model.params.items():
+        np.testing.assert_array_equal(loaded.params[name], value, err_msg=name)
+    assert (model.tokenizer is None) == (loaded.tokenizer is None)
+    if model.tokenizer is not None:
+        assert same_tokens(loaded.tokenizer, model.tokenizer)
+        assert loaded.tokenizer.config == model.tokenizer.config
+    np.testing.assert_array_equal(loaded.forward(TOKENS % model.config.vocab_size),
+                                  model.forward(TOKENS % model.config.vocab_size))
+
+
+VALID = valid_files()
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_whatever_convert_writes_load_reads(tmp_path, name):
+    """Every valid file the suite builds (gguf_files.valid_files) converts, saves and loads
+    back to the same model; the tokenizer-only file reads and is refused in one line."""
+    path = write(tmp_path, VALID[name])
+    if name == "vocab-only":
+        assert len(Tokenizer.from_gguf(minillm.convert.read_gguf(path).metadata)) == 40
+        with pytest.raises(WeightsError, match="no token_embd.weight tensor$"):
+            model_from_gguf(path)
+        return
+    assert_same_after_reload(*converted_and_reloaded(path, tmp_path))
+
+
+@settings(max_examples=12)
+@given(cfg=model_configs(arch="modern", context_length=16))
+def test_a_random_configs_gguf_converts_and_reloads(cfg):
+    cfg = dataclasses.replace(cfg, activation="silu")
+    model = minillm.random_model(cfg, seed=1)
+    with tempfile.TemporaryDirectory() as folder:
+        path = write(folder, model_gguf_bytes(model))
+        assert_same_after_reload(*converted_and_reloaded(path, folder))

@@ -60,24 +60,24 @@ def model_from_gguf(source, dtype="float32", tokenizer=True):
 
     Nothing is dequantized before the metadata and the tensor table agree: the config is read
     and bounded (config_from_gguf), every tensor it needs is present with the shape it needs
-    (check_tensors), and the tokenizer's keys are checked (gguf_metadata.tokenizer_metadata)."""
+    (check_tensors), and the tokenizer's keys are checked (gguf_metadata.tokenizer_metadata).
+    The model is then built through the checks of `load`, tokenizer included: whatever
+    converts also saves and loads."""
     gguf = source if isinstance(source, GGUFFile) else read_gguf(source)
     try:
         arch = architecture(gguf)
         config = config_from_gguf(gguf)
         check_tensors(gguf, config)
-        model_tokenizer = None
+        tok = None
         if tokenizer and "tokenizer.ggml.model" in gguf.metadata:
-            model_tokenizer = Tokenizer.from_gguf(gguf.metadata)
-            if len(model_tokenizer) > config.vocab_size:
-                raise WeightsError(f"tokenizer: {len(model_tokenizer)} tokens do not fit the "
-                                   f"model's vocab_size {config.vocab_size} (the rows of "
-                                   "token_embd.weight)")
+            tok = Tokenizer.from_gguf(gguf.metadata)
         naming = Naming(GGUF_NAMES, interleaved_rope=ARCHITECTURES[arch])
         state_dict = {name: tensor.numpy() for name, tensor in gguf.tensors.items()}
-        model = from_state_dict(state_dict, config, naming=naming, dtype=dtype)
-        model.tokenizer = model_tokenizer
-        return model
+        # The tokenizer goes in as the .npz stores it: what load would refuse is refused here.
+        return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
+                               tokenizer_json=None if tok is None else tok.to_json(),
+                               tokenizer_config_json=None if tok is None else
+                               tok.config.to_json())
     except ValueError as e:  # WeightsError included: one line, naming the file
         raise WeightsError(f"{gguf.path}: {e}") from None
 
