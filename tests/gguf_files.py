@@ -105,10 +105,15 @@ def llama_cpp_metadata(cfg, arch="llama") -> list:
 def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=(), q8_0=False) -> bytes:
     """A GGUF file of a modern minillm model: float32, or with q8_0 its matrices in Q8_0 (rows
     must then be whole blocks of 32) as llama.cpp quantizes them, the norms float32."""
+    return gguf_bytes(*model_gguf_parts(model, arch, permute, extra_metadata, q8_0))
+
+
+def model_gguf_parts(model, arch="llama", permute=True, extra_metadata=(), q8_0=False):
+    """The (metadata, tensors) arguments of gguf_bytes for model_gguf_bytes."""
     tensors = [(name, w.shape, Q8_0, q8_0_bytes(w)) if q8_0 and w.ndim == 2 else
                (name, w.shape, F32, w.tobytes())
                for name, w in llama_cpp_tensors(model, permute).items()]
-    return gguf_bytes(llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors)
+    return llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors
 
 
 def q8_0_bytes(w) -> bytes:
@@ -144,9 +149,15 @@ def tokenizer_metadata(n_tokens=40) -> list:
 
 
 def valid_files() -> dict:
-    """{name: GGUF bytes} of one file of every kind minillm reads: Llama (tied and untied
-    output layer), Mistral, Qwen2 (q/k/v biases), a Q8_0 model, a model with its tokenizer,
-    and a file holding a tokenizer only (no tensors: it reads, and does not convert)."""
+    """{name: GGUF bytes} of one file of every kind minillm reads (valid_file_parts)."""
+    return {name: gguf_bytes(*parts) for name, parts in valid_file_parts().items()}
+
+
+def valid_file_parts() -> dict:
+    """{name: (metadata, tensors)} of one file of every kind minillm reads: Llama (tied and
+    untied output layer), Mistral, Qwen2 (q/k/v biases), a Q8_0 model, a model with its
+    tokenizer, and a file holding a tokenizer only (no tensors: it reads, and does not
+    convert)."""
     from minillm import ModelConfig, random_model
 
     cfg = ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24, n_layers=2,
@@ -156,13 +167,13 @@ def valid_files() -> dict:
     blocks = ModelConfig(**{**cfg.to_dict(), "d_model": 32, "n_heads": 4, "d_ff": 32})
     model = random_model(cfg, seed=1)
     return {
-        "llama": model_gguf_bytes(model),
-        "llama-untied": model_gguf_bytes(random_model(untied, seed=2)),
-        "mistral": model_gguf_bytes(model, arch="mistral"),
-        "qwen2-bias": model_gguf_bytes(random_model(biased, seed=3), arch="qwen2",
+        "llama": model_gguf_parts(model),
+        "llama-untied": model_gguf_parts(random_model(untied, seed=2)),
+        "mistral": model_gguf_parts(model, arch="mistral"),
+        "qwen2-bias": model_gguf_parts(random_model(biased, seed=3), arch="qwen2",
                                        permute=False),
-        "llama-q8_0": model_gguf_bytes(random_model(blocks, seed=4), q8_0=True),
-        "llama-tokenizer": model_gguf_bytes(model, extra_metadata=tokenizer_metadata(40)),
-        "vocab-only": gguf_bytes([("general.architecture", STRING, "llama")]
-                                 + tokenizer_metadata(40)),
+        "llama-q8_0": model_gguf_parts(random_model(blocks, seed=4), q8_0=True),
+        "llama-tokenizer": model_gguf_parts(model, extra_metadata=tokenizer_metadata(40)),
+        "vocab-only": ([("general.architecture", STRING, "llama")] + tokenizer_metadata(40),
+                       []),
     }

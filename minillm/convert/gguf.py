@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..weights import WeightsError
+from .gguf_metadata import read
 from .gguf_quants import check_type, dequantize, tensor_nbytes, type_name
 
 MAGIC = b"GGUF"
@@ -212,9 +213,8 @@ def _array(buf, pos, what, depth):
 
 
 def _alignment(metadata) -> int:
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0
-            or alignment & (alignment - 1)):
+    alignment = read(metadata, "general.alignment", "uint32", default=DEFAULT_ALIGNMENT)
+    if alignment <= 0 or alignment & (alignment - 1):
         raise WeightsError(f"general.alignment must be a power of two, got {alignment!r}")
     return alignment
 
