@@ -130,7 +130,7 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def tokenizer_metadata(n_tokens=40) -> list:
+def tokenizer_entries(n_tokens=40) -> list:
     """(key, type, value) of a byte-level BPE tokenizer of `n_tokens` tokens, as llama.cpp
     writes SmolLM2's: three control tokens, then single characters, then two merged tokens."""
     letters = [chr(c) for c in range(ord("a"), ord("a") + n_tokens - 5)]
@@ -173,7 +173,7 @@ def valid_file_parts() -> dict:
         "qwen2-bias": model_gguf_parts(random_model(biased, seed=3), arch="qwen2",
                                        permute=False),
         "llama-q8_0": model_gguf_parts(random_model(blocks, seed=4), q8_0=True),
-        "llama-tokenizer": model_gguf_parts(model, extra_metadata=tokenizer_metadata(40)),
-        "vocab-only": ([("general.architecture", STRING, "llama")] + tokenizer_metadata(40),
+        "llama-tokenizer": model_gguf_parts(model, extra_metadata=tokenizer_entries(40)),
+        "vocab-only": ([("general.architecture", STRING, "llama")] + tokenizer_entries(40),
                        []),
     }

@@ -3,7 +3,7 @@
 A seeded generator makes mutants of the valid files the suite builds (gguf_files.valid_file_parts:
 models of every kind and a tokenizer-only file), of these kinds:
 
-    flip          random bytes of the header, metadata or tensor table changed
+    flip          1 to 8 bits flipped in the header, metadata or tensor table
     count         an 8-byte count, length, dimension or offset set to 0, huge or off by one
     type_id       a 4-byte value type, element type, dimension count or tensor type changed
     truncate      the file cut short; empty and all-zero files
@@ -13,7 +13,7 @@ models of every kind and a tokenizer-only file), of these kinds:
     wrong_type    a key minillm reads given a value of another type
     out_of_range  a key given a value of its type out of range (0, negative, huge, inf, NaN,
                   a token id past the vocabulary, a token type outside the enum)
-    tensor_info   a tensor's shape, type or offset altered
+    tensor_info   a tensor's shape, type, offset or name altered
     utf8          invalid UTF-8 in a key, a string value or a token
     nested        a value replaced by arrays nested 1 to 10 deep
 
@@ -21,8 +21,8 @@ Every mutant runs in a subprocess with an address-space limit (RLIMIT_AS) and a 
 read_gguf, Tokenizer.from_gguf (when the file has tokenizer.ggml.model) and model_from_gguf must
 each either succeed or raise WeightsError with a one-line message; a model that converts must
 give finite logits (unless bytes reinterpreted as another tensor type made its weights huge:
-MODERATE_WEIGHT) and save and load back to the same logits. Anything else (another exception class, a
-MemoryError, a timeout, a dead worker) fails the test, listing the mutants.
+MODERATE_WEIGHT) and save and load back to the same logits. Anything else (another exception
+class, a MemoryError, a timeout, a dead worker) fails the test, listing the mutants.
 
 Many mutants run in one worker process, so that the imports are paid once. Run it alone, with a
 summary (count per kind, outcomes, slowest cases):

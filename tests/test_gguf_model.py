@@ -16,7 +16,7 @@ from minillm.weights import WeightsError
 from minillm.tokenizer import Tokenizer, same_tokens
 from tests.gguf_files import (ARRAY, BOOL, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
                               llama_cpp_metadata, llama_cpp_tensors, model_gguf_bytes,
-                              tokenizer_metadata, valid_files)
+                              tokenizer_entries, valid_files)
 from minillm.testing.strategies import model_configs
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24,
@@ -178,10 +178,15 @@ def test_the_convert_command_reads_gguf(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["{bad}", "{out}"], "not a GGUF file"),
     (["{good}", "{out}", "--naming", "meta"], "a GGUF file carries its own config"),
+    (["{bad_merges}", "{out}"], "tokenizer.ggml.merges: found integer 3, expected array of string"),
 ])
 def test_the_convert_command_reports_a_bad_gguf_in_one_line(tmp_path, capsys, argv, message):
     files = {"bad": write(tmp_path, b"GGML" + bytes(40), "bad.gguf"), "out": tmp_path / "o.npz",
-             "good": write(tmp_path, model_gguf_bytes(minillm.random_model(CFG)), "good.gguf")}
+             "good": write(tmp_path, model_gguf_bytes(minillm.random_model(CFG)), "good.gguf"),
+             "bad_merges": write(tmp_path, model_gguf_bytes(
+                 minillm.random_model(CFG), extra_metadata=with_entry(
+                     tokenizer_entries(), "tokenizer.ggml.merges", UINT32, 3)),
+                 "bad_merges.gguf")}
     assert main(["convert"] + [a.format(**files) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("minillm convert: error: ") and message in err
@@ -197,7 +202,7 @@ def with_entry(entries, key, value_type, value):
 
 def gguf_refusal(tmp_path, model, key, value_type, value, keep_tokenizer=True):
     """The WeightsError of the model's GGUF file (with a tokenizer) with one entry changed."""
-    entries = llama_cpp_metadata(model.config) + tokenizer_metadata(model.config.vocab_size)
+    entries = llama_cpp_metadata(model.config) + tokenizer_entries(model.config.vocab_size)
     entries = with_entry(entries, key, value_type, value)
     data = gguf_bytes_of(model, entries)
     with pytest.raises(WeightsError) as error:
@@ -216,7 +221,7 @@ def gguf_bytes_of(model, metadata):
 
 def test_a_file_with_a_tokenizer_converts_with_it(tmp_path):
     model = minillm.random_model(CFG, seed=9)
-    data = gguf_bytes_of(model, llama_cpp_metadata(CFG) + tokenizer_metadata(CFG.vocab_size))
+    data = gguf_bytes_of(model, llama_cpp_metadata(CFG) + tokenizer_entries(CFG.vocab_size))
     converted = model_from_gguf(write(tmp_path, data))
     tok = converted.tokenizer
     assert len(tok) == 40 and tok.encode("abc") == [39] and tok.bos_token_id == 1
@@ -292,11 +297,27 @@ def test_every_metadata_value_is_checked_for_type_and_range(tmp_path, key, value
     assert gguf_refusal(tmp_path, model, key, value_type, value).startswith(message)
 
 
+def test_tokenizer_metadata_gives_every_key_checked_and_none_for_the_missing():
+    from minillm.convert.gguf_metadata import tokenizer_metadata
+
+    metadata = {key: v[1] if t == ARRAY else v for key, t, v in tokenizer_entries()}
+    fields = tokenizer_metadata(metadata)
+    assert fields == {**{key: metadata.get(key) for key in fields},
+                      "tokenizer.ggml.scores": None, "tokenizer.ggml.add_eos_token": None,
+                      "tokenizer.ggml.add_space_prefix": None}
+    assert fields["tokenizer.ggml.merges"] == ["a b", "ab c"] and len(fields) == 14
+    with pytest.raises(WeightsError, match=r"^tokenizer.ggml.scores: found 2 values, expected "
+                                           r"one per token \(40\)$"):
+        tokenizer_metadata({**metadata, "tokenizer.ggml.scores": [0.0, 1.0]})
+    with pytest.raises(WeightsError, match=r"^tokenizer.ggml.tokens: missing"):
+        tokenizer_metadata({"tokenizer.ggml.model": "gpt2"})
+
+
 def test_the_tokenizer_reads_the_checked_metadata_and_refuses_in_the_same_terms():
     from tests.gguf_files import gguf_bytes
 
     with tempfile.TemporaryDirectory() as folder:
-        path = write(folder, gguf_bytes(tokenizer_metadata()))
+        path = write(folder, gguf_bytes(tokenizer_entries()))
         metadata = minillm.convert.read_gguf(path).metadata
     assert len(Tokenizer.from_gguf(metadata)) == 40
     for key, value in [("tokenizer.ggml.merges", 3), ("tokenizer.ggml.tokens", None),

@@ -117,7 +117,7 @@ def tokenizer_metadata(metadata) -> dict:
         tokenizer.ggml.token_type              array of int32 in [0, 6], one per token
         tokenizer.ggml.merges                  array of string, each "left right"
         tokenizer.ggml.{bos,eos,unknown,padding}_token_id   uint32, a token id
-        tokenizer.ggml.add_bos_token, add_eos_token         bool
+        tokenizer.ggml.add_bos_token, add_eos_token, add_space_prefix   bool
         tokenizer.ggml.pre                     string
         tokenizer.chat_template                string
     """
@@ -148,7 +148,7 @@ def tokenizer_metadata(metadata) -> dict:
     out["tokenizer.ggml.merges"] = merges
     for name in TOKENIZER_SPECIAL_IDS:
         out[f"tokenizer.ggml.{name}"] = get(name, "uint32", low=0, high=n - 1)
-    for name in ("add_bos_token", "add_eos_token"):
+    for name in ("add_bos_token", "add_eos_token", "add_space_prefix"):
         out[f"tokenizer.ggml.{name}"] = get(name, "bool")
     out["tokenizer.ggml.pre"] = get("pre", "string")
     out["tokenizer.chat_template"] = read(metadata, "tokenizer.chat_template", "string",
