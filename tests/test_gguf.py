@@ -282,6 +282,11 @@ def test_read_checks_every_element_of_an_array():
         read({"k": "ab"}, "k", "array", element="string")
     with pytest.raises(WeightsError, match=r"^k\[2\]: found integer 7, expected int32 in \[0, 6\]"):
         read({"k": [1, 6, 7]}, "k", "array", element="int32", low=0, high=6)
+    with pytest.raises(WeightsError, match=r"^k\[1\]: found bool true, expected int32$"):
+        read({"k": [1, True]}, "k", "array", element="int32")
+    for scores in ([0.5, float("nan")], [float("nan"), 0.5]):  # NaN hides from min and max
+        with pytest.raises(WeightsError, match=r"found float nan, expected finite float32$"):
+            read({"k": scores}, "k", "array", element="float32")
 
 
 def test_read_gives_the_default_of_a_missing_key_and_refuses_a_missing_required_one():

@@ -52,11 +52,23 @@ def read(metadata, key, type, *, element=None, low=None, high=None, default=REQU
     if not isinstance(value, list):
         raise WeightsError(f"{key}: found {describe(value)}, expected "
                            f"{_expected(type, element, low, high)}")
-    for i, item in enumerate(value):
-        if not _fits(item, element, low, high):
-            raise WeightsError(f"{key}[{i}]: found {describe(item)}, expected "
-                               f"{_expected(element, None, low, high)}")
+    if not _all_fit(value, element, low, high):
+        i, item = next((i, v) for i, v in enumerate(value) if not _fits(v, element, low, high))
+        raise WeightsError(f"{key}[{i}]: found {describe(item)}, expected "
+                           f"{_expected(element, None, low, high)}")
     return value
+
+
+def _all_fit(values, type, low, high) -> bool:
+    """Whether every value fits, as _fits says; strings and integers in bulk (the integers'
+    range on their extremes), so that a vocabulary's 50,000 entries take milliseconds."""
+    if type == "string":
+        return all(isinstance(v, str) for v in values)
+    if type in INTEGER_RANGES:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in values) and (
+            not values or _fits(min(values), type, low, high)
+            and _fits(max(values), type, low, high))
+    return all(_fits(v, type, low, high) for v in values)  # floats one by one: NaN has no order
 
 
 def _fits(value, type, low, high) -> bool:
