@@ -460,7 +460,7 @@ class Tokenizer:
         Every key is checked by ``gguf_metadata.tokenizer_metadata``; errors are WeightsError.
         """
         from .convert.gguf_metadata import tokenizer_metadata
-        from .weights import WeightsError
+        from .errors import WeightsError
 
         metadata = tokenizer_metadata(metadata)
         kind = metadata.get("tokenizer.ggml.model")
