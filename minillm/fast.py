@@ -125,7 +125,7 @@ class Dense:
         return self.w[rows]
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self.w if dtype is None else self.w.astype(dtype)
+        return np.array(self.w, dtype=dtype, copy=copy)
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x @ W.T for x (..., in) -> (..., out)."""

@@ -119,12 +119,6 @@ class Model:
             x += self.params["pos_emb.weight"][positions]
         return x
 
-    def _norm(self, x, name):
-        p, eps = self.params, self.config.norm_eps
-        if self.config.arch == "classic":
-            return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
-        return rms_norm(x, p[name + ".weight"], eps)
-
     def _block(self, x, layer, positions, mask, cache):
         """One pre-norm block: x += Attention(Norm(x)); x += MLP(Norm(x))."""
         name = f"layers.{layer}."
@@ -165,6 +159,12 @@ class Model:
         gate_up = linear(h, w[name + "mlp.gate_up.weight"])  # (B, T, 2F)
         gate, up = gate_up[..., :cfg.d_ff], gate_up[..., cfg.d_ff:]
         return linear(act(gate) * up, w[name + "mlp.down.weight"])
+
+    def _norm(self, x, name):
+        p, eps = self.params, self.config.norm_eps
+        if self.config.arch == "classic":
+            return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
+        return rms_norm(x, p[name + ".weight"], eps)
 
     # -- input checks ----------------------------------------------------------------------
 
