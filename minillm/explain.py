@@ -171,6 +171,7 @@ def plot(token_notes, path, title: str = "") -> None:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 5))
     top.plot(steps, [t.rank for t in token_notes], ".-", lw=0.8)
     top.set_yscale("log")
+    top.set_ylim(bottom=0.8)
     top.set_ylabel("rank (1 = favourite)")
     repeat = [i for i, t in enumerate(token_notes) if t.repeat]
     bottom.bar(steps, [t.surprise for t in token_notes], color="tab:orange", label="surprise")
@@ -184,3 +185,24 @@ def plot(token_notes, path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_explained(out, model, prompt_ids, colour: bool, plot_path=None, n: int = REPEAT_N,
+                    **generate_args) -> Summary:
+    """Generate, then write the prompt, every new token marked (see `marked`) and the summary
+    line to `out`; with plot_path, draw the picture there too."""
+    ids, token_notes = explained_generate(model, prompt_ids, n, **generate_args)
+    tokenizer = model.tokenizer
+
+    def text(tokens):
+        if tokenizer is None:
+            return "".join(f"<{t}>" for t in tokens)
+        return tokenizer.decode(list(tokens))
+
+    out.write(text(prompt_ids))
+    out.write("".join(marked(text([t.token]), t, colour) for t in token_notes) + "\n")
+    result = summarize(token_notes)
+    out.write(summary_line(result, n) + "\n")
+    if plot_path is not None:
+        plot(token_notes, plot_path, title=f"{result.tokens} new tokens")
+    return result
