@@ -112,13 +112,13 @@ def percent(p) -> str:
 
 
 def test_sampling_desk_shows_what_filtered_probs_keeps(page, model):
-    set_value(page, "#temperature", 0.7, "/api/next")
+    set_value(page, "#temperature", 1.2, "/api/next")
     set_value(page, "#top_p", 0.9, "/api/next")
-    set_value(page, "#top_k", 12, "/api/next")
+    set_value(page, "#top_k", 40, "/api/next")
     settle(page, "sampling")
     ids = model.tokenizer.encode(PROMPT)
     logits = model.forward(np.array([ids]), last=1)[0, -1]
-    kept = minillm.filtered_probs(logits, temperature=0.7, top_p=0.9, top_k=12,
+    kept = minillm.filtered_probs(logits, temperature=1.2, top_p=0.9, top_k=40,
                                   history=[ids])
     plain = minillm.filtered_probs(logits)
     assert text(page, "#survivors") == str(int((kept > 0).sum()))
@@ -140,7 +140,7 @@ def test_sampling_desk_shows_what_filtered_probs_keeps(page, model):
     with page.expect_response(lambda r: r.url.endswith("/api/next"), timeout=60_000):
         page.click("#draw")
     settle(page, "sampling")
-    token = int(minillm.sample_next_token(logits, temperature=0.7, top_p=0.9, top_k=12,
+    token = int(minillm.sample_next_token(logits, temperature=1.2, top_p=0.9, top_k=40,
                                           history=[ids], rng=np.random.default_rng(0)))
     assert text(page, "#sampling-drawn") == model.tokenizer.decode([token])
     assert page.input_value("#sampling-seed") == "1"
