@@ -160,7 +160,8 @@ def test_four_temperatures_show_generate_and_repeat_with_the_seed(page, model):
     shown = [page.locator("#columns .column").nth(i) for i in range(4)]
     first = [column.locator(".text").inner_text() for column in shown]
     for column, T, seen in zip(shown, temperatures, first):
-        new = minillm.generate(model, ids, 24, temperature=T, seed=5, stop_tokens=[0])[len(ids):]
+        new = minillm.generate(model, ids, max_new_tokens=24, temperature=T, seed=5,
+                               stop_tokens=[0])[len(ids):]
         assert seen.strip() == model.tokenizer.decode(new).strip()
         expected = (surprise(model, ids + new) * (len(ids + new) - 1)
                     - surprise(model, ids) * (len(ids) - 1)) / len(new)
@@ -178,8 +179,8 @@ def test_repetition_marks_the_repeats_the_library_finds(page, model):
     prompt = page.input_value("#repetition-prompt")
     ids = model.tokenizer.encode(prompt)
     for box, penalty in (("#greedy-text", None), ("#penalised-text", 1.6)):
-        out = minillm.generate(model, ids, 64, temperature=0, repetition_penalty=penalty,
-                               stop_tokens=[0])
+        out = minillm.generate(model, ids, max_new_tokens=64, temperature=0,
+                               repetition_penalty=penalty, stop_tokens=[0])
         marks = repeats(out, len(ids))
         shown = page.locator(f"{box} .token")
         assert shown.count() == len(out) - len(ids)
@@ -195,7 +196,7 @@ def test_cache_race_shows_identical_tokens(page, model):
     settle(page, "race")
     cached, uncached = text(page, "#cached-text"), text(page, "#uncached-text")
     ids = model.tokenizer.encode(PROMPT)
-    out = minillm.generate(model, ids, 40, temperature=0.8, seed=0, stop_tokens=[0])
+    out = minillm.generate(model, ids, max_new_tokens=40, temperature=0.8, seed=0, stop_tokens=[0])
     assert cached.strip() == uncached.strip() == model.tokenizer.decode(out[len(ids):]).strip()
     assert text(page, "#race-verdict").startswith("identical tokens")
     n, P = len(out) - len(ids), len(ids)
@@ -214,7 +215,7 @@ def test_bits_table_shows_each_width(page, model):
         squeezed = model if bits == 32 else minillm.quantize(model, skip=(), bits=bits,
                                                              embeddings=True)
         row = page.locator(f"#bits-table tbody tr[data-bits='{bits}']")
-        out = minillm.generate(squeezed, ids, 16, temperature=0, stop_tokens=[0])
+        out = minillm.generate(squeezed, ids, max_new_tokens=16, temperature=0, stop_tokens=[0])
         assert row.locator("td.text").inner_text().strip() == model.tokenizer.decode(
             out[len(ids):]).strip()
         assert row.locator("td.num").first.inner_text() == \
@@ -234,14 +235,19 @@ def test_speculative_rounds_spell_the_greedy_text(page, model):
                             "#rounds .target")
         spelled = "".join(kept.nth(i).inner_text() for i in range(kept.count()))
         ids = model.tokenizer.encode(PROMPT)
-        out = minillm.generate(model, ids, 48, temperature=0, stop_tokens=[0])
+        out = minillm.generate(model, ids, max_new_tokens=48, temperature=0, stop_tokens=[0])
         assert spelled.replace("\u21b5", "").strip() == model.tokenizer.decode(
             out[len(ids):]).strip()
         draft = minillm.load(ROOT / "weights" / "draft.npz") if drafter == "model" else "ngram"
-        _, stats = minillm.speculative_generate(model, draft, ids, 48, k=4, temperature=0,
-                                                stop_tokens=[0])
-        assert text(page, "#speculative-stats").startswith(
-            f"{stats.accepted} of {stats.proposed} guesses accepted")
+        _, stats = minillm.speculative_generate(model, draft, ids, max_new_tokens=48, k=4,
+                                                temperature=0, stop_tokens=[0])
+        shown = re.match(r"(\d+) of (\d+) guesses accepted \((\d+)%\); \d+ tokens in (\d+) "
+                         r"passes", text(page, "#speculative-stats"))
+        accepted, proposed, rate, passes = map(int, shown.groups())
+        assert rate == round(100 * stats.acceptance_rate) and passes == stats.target_calls
+        assert accepted == page.locator("#rounds .accepted").count()
+        assert proposed == page.locator("#rounds .accepted, #rounds .rejected, "
+                                        "#rounds .unchecked").count()
     screenshot(page, "speculative")
 
 

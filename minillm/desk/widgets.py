@@ -164,7 +164,7 @@ def temperatures(desk: Desk, request) -> dict:
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     columns = []
     for T in request["temperatures"]:
-        rollout = generate(desk.model, ids, n, temperature=T, seed=request["seed"],
+        rollout = generate(desk.model, ids, max_new_tokens=n, temperature=T, seed=request["seed"],
                            stop_tokens=stops(desk), return_logprobs=True)
         new = rollout.new_tokens
         columns.append({"temperature": T, "tokens": pieces(desk, new),
@@ -179,8 +179,8 @@ def repetition(desk: Desk, request) -> dict:
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     out = {}
     for key, penalty in (("greedy", None), ("penalised", request["repetition_penalty"])):
-        text = generate(desk.model, ids, n, temperature=0.0, repetition_penalty=penalty,
-                        stop_tokens=stops(desk))
+        text = generate(desk.model, ids, max_new_tokens=n, temperature=0.0,
+                        repetition_penalty=penalty, stop_tokens=stops(desk))
         marks = repeats(text, len(ids), REPEAT_N)
         out[key] = {"tokens": [dict(t, repeat=m) for t, m in
                                zip(pieces(desk, text[len(ids):]), marks)],
@@ -197,7 +197,7 @@ def race(desk: Desk, request) -> dict:
     for key, use_cache in (("cached", True), ("uncached", False)):
         watched = Watched(desk.model)
         start = time.perf_counter()
-        text = generate(watched, ids, n, temperature=request["temperature"],
+        text = generate(watched, ids, max_new_tokens=n, temperature=request["temperature"],
                         seed=request["seed"], stop_tokens=stops(desk), use_cache=use_cache)
         runs[key] = {"tokens": pieces(desk, text[len(ids):]), "passes": watched.passes,
                      "seconds": time.perf_counter() - start}
@@ -216,7 +216,7 @@ def bits(desk: Desk, request) -> dict:
     n, width = request["max_new_tokens"], request["bits"]
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     model = squeezed(desk, width)
-    text = generate(model, ids, n, temperature=0.0, stop_tokens=stops(desk))
+    text = generate(model, ids, max_new_tokens=n, temperature=0.0, stop_tokens=stops(desk))
     passage = desk.model.tokenizer.encode(desk.passage)[:desk.model.config.context_length]
     return {"bits": width, "tokens": pieces(desk, text[len(ids):]),
             "text": desk.model.tokenizer.decode(text[len(ids):]),
@@ -252,7 +252,7 @@ def speculative(desk: Desk, request) -> dict:
         inner = NgramDrafter(desk.model.config.vocab_size)
     drafter = Recorded(inner)
     start = time.perf_counter()
-    out, stats = speculative_generate(desk.model, drafter, ids, n, k=request["k"],
+    out, stats = speculative_generate(desk.model, drafter, ids, max_new_tokens=n, k=request["k"],
                                       temperature=request["temperature"],
                                       seed=request["seed"], stop_tokens=stops(desk))
     seconds = time.perf_counter() - start
@@ -260,11 +260,13 @@ def speculative(desk: Desk, request) -> dict:
     for r in played:
         for token in r["guesses"] + r["extra"]:
             token["text"] = piece(desk, token["id"])
+    new = len(out) - len(ids)  # plain decoding: one pass of the model per new token
     return {"rounds": played, "tokens": pieces(desk, out[len(ids):]),
-            "proposed": stats.proposed, "accepted": stats.accepted,
+            "proposed": sum(len(r["guesses"]) for r in played),
+            "accepted": sum(r["accepted"] for r in played),
             "acceptance_rate": stats.acceptance_rate, "target_calls": stats.target_calls,
-            "draft_calls": stats.draft_calls, "new_tokens": stats.new_tokens,
-            "saved": stats.new_tokens - stats.target_calls, "seconds": seconds}
+            "draft_calls": stats.draft_calls, "new_tokens": new,
+            "saved": new - stats.target_calls, "seconds": seconds}
 
 
 def info(desk: Desk) -> dict:
