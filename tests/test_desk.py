@@ -3,6 +3,10 @@ same thing by another road, and every kind of bad request answered with a 4xx wh
 keeps serving."""
 import http.client
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -277,3 +281,27 @@ def test_the_server_keeps_serving_after_errors(server):
 
 def test_listens_on_the_local_address_only(server):
     assert server.server_address[0] == "127.0.0.1"
+
+
+def test_the_command_serves_the_page_and_prints_its_address():
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen([sys.executable, "-m", "minillm", "desk", "--port", "0",
+                                "--no-browser"], cwd=root, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        line = process.stderr.readline()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", line).group(1))
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("GET", "/api/info")
+        info = json.loads(connection.getresponse().read())
+        assert info["model"] == "target.npz" and info["draft"]  # the shipped pair
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_the_command_names_a_missing_model(capsys):
+    from minillm.cli import main
+
+    assert main(["desk", "--model", "no-such-model", "--no-browser"]) == 2
+    assert "--model: no such file or fetched model: no-such-model" in capsys.readouterr().err

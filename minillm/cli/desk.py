@@ -9,7 +9,6 @@ Stop it with Ctrl-C.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def run(args) -> int:
                          "try another, or 0 for any free port") from None
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     print(f"minillm desk: {name} at {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-    if args.browser and not os.environ.get("MINILLM_NO_BROWSER"):
+    if args.browser:
         import webbrowser
 
         webbrowser.open(url)

@@ -87,6 +87,8 @@ class DeskHandler(BaseHTTPRequestHandler):
                 raise RequestError("Host: this desk answers only requests addressed to "
                                    f"{sorted(self.hosts)[0]}", 403)
             handle()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the page gave up on this request (a newer one replaced it): nobody reads
         except RequestError as e:
             self.send_json({"error": str(e)}, e.status)
         except ValueError as e:  # the library's one-line errors: a knob or an id out of range
