@@ -118,7 +118,7 @@ def check(name: str, field: Field, value):
         if field.kind == "ids":
             if len(value) > field.high:
                 raise RequestError(f"{name}: at most {field.high} tokens, got {len(value)}")
-            return [whole(f"{name}[{i}]", v) for i, v in enumerate(value)]  # the model checks ids
+            return [whole(f"{name}[{i}]", v) for i, v in enumerate(value)]  # < V: widgets.py
         item = Field("number", low=field.low, high=field.high)
         return [in_range(f"{name}[{i}]", item, real(f"{name}[{i}]", v))
                 for i, v in enumerate(value)]

@@ -2,7 +2,7 @@
 
     GET  /                 the page (static/index.html)
     GET  /static/NAME      a file of the package's static folder, by exact name
-    GET  /api/info         the model and the knobs' ranges
+    GET  /api/info         the model, its ready-made beginnings, the limits
     POST /api/<widget>     a JSON object of fields (fields.py) -> a JSON object (widgets.py)
 
 Each request runs on its own thread (ThreadingHTTPServer), so a slow computation never stops

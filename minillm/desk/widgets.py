@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
 from ..explain import REPEAT_N, Watched, repeats, surprise
-from .fields import ENDPOINTS, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RequestError
+from .fields import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RequestError
 from .rounds import Recorded, rounds
 
 BEGINNINGS = ["In the beginning", "And the LORD said to Moses,", "Jesus answered them,",
@@ -276,10 +276,7 @@ def info(desk: Desk) -> dict:
             "draft": desk.draft is not None,
             "beginnings": CHAT_BEGINNINGS if desk.chat else BEGINNINGS,
             "passage": desk.passage, "max_new_tokens": MAX_NEW_TOKENS,
-            "max_prompt_chars": MAX_PROMPT_CHARS,
-            "knobs": {name: {"low": f.low, "high": f.high, "default": f.default}
-                      for name, f in ENDPOINTS["/api/next"].items()
-                      if f.kind in ("number", "int")}}
+            "max_prompt_chars": MAX_PROMPT_CHARS}
 
 
 ROUTES = {"/api/next": next_token, "/api/draw": draw, "/api/temperatures": temperatures,
