@@ -12,7 +12,10 @@ each row: row r is tokens[r, pad[r]:], its first pad[r] ids are filler the engin
 and its positions count from its first real token. The checkers give `pad` to an uncached call
 or with the first chunk into an empty cache (the prefill), never later; an engine without
 batches may refuse it (check_batch_equivalence(..., ragged=False)). A cache that supports
-rollback has `truncate(length)`: forget every token from position `length` on.
+rollback has `truncate(length)`: forget every token from position `length` on. A cache that
+holds something scarce (sequence slots of a shared context, device memory) may have `close()`:
+the checkers call it as soon as the case that made the cache is done, passing or failing, so
+that at most two caches are alive at once (see each checker for how many rows they hold).
 
 minillm.Model is an engine as it is. `Engine` makes one out of two functions, for an engine
 whose own objects do not have these names (docs/TESTING.md shows transformers and a plain
@@ -20,10 +23,13 @@ PyTorch loop).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from .compare import Tolerance, assert_logits_close
 
 
 @dataclass(frozen=True)
@@ -58,3 +64,40 @@ def require_cache(engine) -> None:
 def can_truncate(cache) -> bool:
     """Whether a cache supports rollback (has truncate(length))."""
     return callable(getattr(cache, "truncate", None))
+
+
+@contextmanager
+def open_cache(engine, batch_size: int):
+    """engine.new_cache(batch_size), closed (cache.close(), when it has one) on leaving."""
+    cache = engine.new_cache(batch_size)
+    try:
+        yield cache
+    finally:
+        if callable(getattr(cache, "close", None)):
+            cache.close()
+
+
+def assert_deterministic(engine, tol: Tolerance, batch_size: int = 2, length: int = 8) -> float:
+    """The same uncached call twice, the second while a cache holds another text, must give the
+    same logits within `tol`; otherwise the engine is not deterministic and no property can be
+    judged (Hypothesis would see cases that fail once and pass when repeated). Returns the
+    largest difference between the two calls."""
+    length = min(length, engine.context_length)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, engine.vocab_size, (batch_size, length))  # (B, T)
+    first = logits_of(engine, tokens)
+    if getattr(engine, "new_cache", None) is None:
+        second, how = logits_of(engine, tokens), ""
+    else:
+        with open_cache(engine, batch_size) as cache:
+            logits_of(engine, rng.integers(0, engine.vocab_size, (batch_size, length)), cache)
+            second = logits_of(engine, tokens)
+        how = ", the second while a cache held another text"
+    gap = float(np.abs(second - first).max())
+    try:
+        assert_logits_close(second, first, tol, "", "")
+    except AssertionError:
+        raise AssertionError(f"the engine is not deterministic: two forward calls on the same "
+                             f"tokens {tokens.tolist()} differ by up to {gap:.3g} "
+                             f"({tol.bounds}){how}") from None
+    return gap
