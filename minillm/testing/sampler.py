@@ -131,9 +131,10 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
     sampling_knobs(penalty=False)). order: where the engine applies the temperature among the
     filters (module docstring). dtype "float32": logits are handed over as float32, their
     huge values +-1e30 instead of +-1e300 and +-3.4e38 (so that logits / T stays within
-    float32's range), and the sum and tie tolerances are float32's. Logits from strategies.smooth_logits (50 tokens, no ties) and
-    strategies.logits (ties, -inf, huge values), Hypothesis derandomized. Returns a
-    SamplerReport; AssertionError with the smallest failing case found in shrink_seconds."""
+    float32's range), and the sum and tie tolerances are float32's. Logits from
+    strategies.smooth_logits (50 tokens, no ties) and strategies.logits (ties, -inf, huge
+    values), Hypothesis derandomized. Returns a SamplerReport; AssertionError with the
+    smallest failing case found in shrink_seconds."""
     if dtype not in SUM_TOLERANCE:
         raise ValueError(f"dtype: one of {sorted(SUM_TOLERANCE)}, got {dtype!r}")
     if isinstance(knobs, SamplingConfig):
