@@ -4,9 +4,9 @@ window slides, sampler, speculative decoding and text streaming change nothing t
 An engine is any object with vocab_size, context_length, new_cache(batch_size) and
 forward(tokens, cache=None, pad=None) -> (B, T, V) logits (minillm.testing.engine); a
 minillm.Model is one as it is. Each checker raises AssertionError with the failing case, so it
-runs inside any pytest test, and returns a report of the largest differences it saw. They
-are deterministic: Hypothesis draws cases derandomized,
-statistical checks use fixed seeds. docs/TESTING.md says how to point them at an engine.
+runs inside any pytest test, and when it passes returns a report of what it saw (the largest
+differences). They are deterministic: Hypothesis draws cases derandomized, statistical checks
+use fixed seeds. docs/TESTING.md says how to point them at an engine.
 This package needs Hypothesis (pip install minillm[testing]); minillm itself does not.
 """
 from .batch import assert_batch_matches, check_batch_equivalence

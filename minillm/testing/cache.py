@@ -96,6 +96,12 @@ def assert_rollback_matches(engine, tokens, keep: int, more, atol: float | None 
     return assert_logits_close(got, want, tol, what, case, first=keep)
 
 
+def rolls_back(engine) -> bool:
+    """Whether the engine's caches have truncate(length)."""
+    with open_cache(engine, 1) as probe:
+        return can_truncate(probe)
+
+
 def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
                    tolerance: Tolerance | None = None, reference: str = "uncached",
                    max_batch: int = 2, max_length: int = 16, max_examples: int = 25,
@@ -105,10 +111,9 @@ def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
     tol = tolerance_of(atol, rtol, tolerance)
     require_cache(engine)
     length = min(max_length, engine.context_length)
-    with open_cache(engine, 1) as probe:
-        if not can_truncate(probe):
-            raise ValueError("engine: its cache has no truncate(length), so rollback cannot be "
-                             "checked")
+    if not rolls_back(engine):
+        raise ValueError("engine: its cache has no truncate(length), so rollback cannot be "
+                         "checked")
     if length < 2:
         raise ValueError(f"engine: a context of {length} token cannot hold a rollback case")
     reports = []
@@ -140,9 +145,7 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
     run_property(chunk_cases(engine.vocab_size, max_batch, length),
                  lambda case: reports.append(compare_chunks(engine, *case, per_case(tol))[1]),
                  max_examples, shrink_seconds)
-    with open_cache(engine, 1) as probe:
-        rolls_back = can_truncate(probe)
-    if rolls_back and length >= 2:
+    if rolls_back(engine) and length >= 2:
         reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
                                       max_batch=max_batch, max_length=max_length,
                                       max_examples=max_examples, shrink_seconds=shrink_seconds))

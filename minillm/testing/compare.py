@@ -150,8 +150,10 @@ def assert_logits_close(got, want, tol: Tolerance, what: str, case: str, first: 
         raise AssertionError(f"{what}: logits of shape {got.shape}, expected {want.shape}; "
                              f"{case}")
     gap, scaled, kl, tv, agree = position_differences(got, want)
-    at = lambda index: (f"at row {index[0] if row is None else row}, "  # noqa: E731
-                        f"position {first + index[1]}")
+
+    def at(index):
+        return f"at row {index[0] if row is None else row}, position {first + index[1]}"
+
     if np.isnan(gap).any():
         where = np.unravel_index(np.argmax(np.isnan(gap).any(axis=-1)), gap.shape[:2])
         raise AssertionError(f"{what}: NaN in the logits {at(where)}; {case}")
