@@ -2,9 +2,8 @@
 
 When a text outgrows the context window W, a loop keeps its newest `keep` tokens (minillm
 keeps kept_on_slide(W) = W // 2, the new token included) and goes on from them, positions
-counting from 0 again. Whatever the loop does inside (shift its cache, re-read the kept tokens,
-re-rotate RoPE keys), each new token's logits must be those of an uncached forward pass over
-the view it was drawn after:
+counting from 0 again. The property: each new token's logits are those of an uncached forward
+pass over the view it was drawn after,
 
     logits at step i == forward(view_i)[-1]        view_i: the slide rule applied to the text
 
@@ -25,13 +24,12 @@ context; for minillm, the model's context length), given to the checker.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
 
 from ..generate import kept_on_slide
 from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
 from .compare import tolerance_of
-from .settings import SHRINK_SECONDS, run_property
 from .engine import logits_of
+from .settings import SHRINK_SECONDS, run_property
 from .strategies import token_sequences
 
 
