@@ -95,8 +95,8 @@ def test_greedy_text_is_the_same_with_the_fast_path_on_and_off():
     model = minillm.load("weights/target.npz")
     reference = minillm.Model(model.config, dict(model.params), model.tokenizer, fast=False)
     prompt = model.tokenizer.encode("In the beginning")
-    assert minillm.generate(model, prompt, 40, temperature=0) == \
-        minillm.generate(reference, prompt, 40, temperature=0)
+    assert minillm.generate(model, prompt, max_new_tokens=40, temperature=0) == \
+        minillm.generate(reference, prompt, max_new_tokens=40, temperature=0)
 
 
 def test_the_switch(monkeypatch):

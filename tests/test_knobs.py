@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.generate import GenerationConfig, generation_config, stream
+from minillm.generate import stream
+from minillm.request import GenerationConfig, generation_config
 from minillm.sampling import SamplingConfig
 from minillm.speculative import speculative_stream
 
@@ -57,8 +58,8 @@ def test_off_values_read_as_none_and_the_config_is_frozen():
     assert SamplingConfig(repetition_penalty=1.3).penalises
     with pytest.raises(dataclasses.FrozenInstanceError):
         knobs.top_k = 3
-    config = generation_config(20, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
-    assert config == GenerationConfig(4, SamplingConfig(temperature=0.8), 0, (1, 3))
+    config = generation_config(None, MODEL, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
+    assert config == GenerationConfig(4, SamplingConfig(temperature=1.0), 0, (1, 3))
     assert type(config.max_new_tokens) is int
 
 

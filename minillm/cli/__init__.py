@@ -11,8 +11,7 @@ import os
 import sys
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
-from .threads import blas_threads
-from .usage import UsageError
+from .common import UsageError, blas_threads
 
 COMMANDS = {
     "inspect": inspect,

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from .generate import add_knob_arguments, add_prompt_arguments, load_model, prompt_ids
-from .usage import UsageError
+from .common import UsageError, knobs_of, add_knob_arguments, add_prompt_arguments, load_model, prompt_ids
 
 BAR = 32  # characters for probability 1
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -23,7 +22,7 @@ EIGHTHS = " ▏▎▍▌▋▊▉"
 
 def add_arguments(parser) -> None:
     add_prompt_arguments(parser)
-    add_knob_arguments(parser, temperature=1.0)
+    add_knob_arguments(parser, generation=False)
     parser.add_argument("--top", type=int, default=12, metavar="N",
                         help="how many candidates to show (default 12)")
 
@@ -56,10 +55,9 @@ def run(args) -> int:
     ids = prompt_ids(args, model)
     window = ids[-model.config.context_length:]
     logits = model.forward(np.array([window]))[0, -1].astype(np.float64)  # (V,)
-    model_p = filtered_probs(logits)
-    knobs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                 min_p=args.min_p, repetition_penalty=args.repetition_penalty)
-    kept_p = filtered_probs(logits, **knobs, history=window)
+    model_p = filtered_probs(logits, temperature=1.0)
+    knobs = knobs_of(args)
+    kept_p = filtered_probs(logits, history=window, **knobs)
 
     V = model_p.size
     order = np.argsort(-model_p, kind="stable")[:min(args.top, V)]

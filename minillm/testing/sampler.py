@@ -19,7 +19,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ..sampling import SamplingConfig, probabilities
+from ..sampling import SamplingConfig, filtered_probs
 from .settings import checker_settings
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
@@ -52,7 +52,7 @@ def assert_filter_holds(filter_fn, z, knobs: SamplingConfig, atol: float = 1e-12
         if (probs[(row > worst_kept) & ~tied(row, worst_kept)] == 0).any():
             raise AssertionError(f"row {r} keeps logit {worst_kept} but drops a higher one: "
                                  f"{probs.tolist()}; {case}")
-    want = probabilities(z, knobs)
+    want = filtered_probs(z, knobs)
     for r, row in enumerate(z):
         finite = np.sort(row[np.isfinite(row)])
         if not tied(finite[1:], finite[:-1]).any() and np.abs(p[r] - want[r]).max() > atol:
@@ -106,9 +106,9 @@ def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int 
                 seed: int = 2024) -> None:
     """sample(logits (draws, V), rng) -> (draws,) token ids, one per row, with the engine's
     sampler set to `knobs`; every row is the same logits (V,), so every draw comes from
-    probabilities(logits, knobs, history). rng is numpy.random.default_rng(seed).
+    filtered_probs(logits, knobs, history). rng is numpy.random.default_rng(seed).
     history: the one text the repetition penalty looks at (a list of ids), if it is on."""
     logits = np.asarray(logits, dtype=np.float64)
-    probs = probabilities(logits, knobs, None if history is None else [list(history)])
+    probs = filtered_probs(logits, knobs, None if history is None else [list(history)])
     tokens = sample(np.tile(logits, (draws, 1)), np.random.default_rng(seed))
     assert_draws_follow(tokens, probs)

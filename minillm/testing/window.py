@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 
-from ..generate import kept_on_slide
+from ..window import kept_on_slide
 from .compare import assert_logits_close
 from .engine import logits_of
 from .settings import checker_settings
