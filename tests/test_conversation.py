@@ -43,7 +43,8 @@ def test_each_turn_equals_a_fresh_generation_and_reads_only_what_is_new(context_
         prompt = chat_prompt_ids(tok, messages)
         counting.reads.clear()
         reply = list(respond(conversation, prompt, config, np.random.default_rng(turn)))
-        expected = minillm.generate(model, prompt, max_new_tokens=12, **knobs, seed=turn, stop_tokens=[END])
+        expected = minillm.generate(model, prompt, max_new_tokens=12, **knobs, seed=turn,
+                                    stop_tokens=[END])
         assert reply == expected[len(prompt):]
         # The cache is as long as this turn can fill, not the whole context.
         assert conversation.cache.capacity == min(context_length, len(prompt) + 12)
@@ -91,7 +92,8 @@ def test_the_chat_command_streams_each_reply_and_reuses_the_cache(tmp_path, monk
     stats = [line for line in err.splitlines() if line.startswith("[")]
     assert len(stats) == 2 and "0 reused" in stats[0] and "0 reused" not in stats[1]
     prompt = chat_prompt_ids(model.tokenizer, [USER])
-    first = minillm.generate(minillm.load(path), prompt, max_new_tokens=6, temperature=0, stop_tokens=[END])
+    first = minillm.generate(minillm.load(path), prompt, max_new_tokens=6, temperature=0,
+                             stop_tokens=[END])
     assert out.startswith(model.tokenizer.decode(first[len(prompt):], skip_special_tokens=True))
     assert out.count("\n") >= 2
 

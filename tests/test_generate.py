@@ -80,7 +80,8 @@ def test_the_window_slide_follows_the_seed_policy(arch):
     for prompt in ([4], [1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(14))):
         expected = reference_greedy(model, prompt, 30)
         for use_cache in (True, False):
-            assert generate(model, prompt, max_new_tokens=30, temperature=0, use_cache=use_cache) == expected
+            assert generate(model, prompt, max_new_tokens=30, temperature=0,
+                            use_cache=use_cache) == expected
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])
@@ -105,7 +106,8 @@ def test_stop_tokens_end_a_row_and_only_that_row():
     prompts = [[1, 2, 3], [7, 8], [9, 10, 11, 12]]
     free = generate(model, prompts, max_new_tokens=20, temperature=1.0, seed=5)
     stop = free[0][3 + 4]  # the fifth new token of row 0
-    stopped = generate(model, prompts, max_new_tokens=20, temperature=1.0, seed=5, stop_tokens=[stop])
+    stopped = generate(model, prompts, max_new_tokens=20, temperature=1.0, seed=5,
+                       stop_tokens=[stop])
     for prompt, row, full in zip(prompts, stopped, free):
         new = full[len(prompt):]
         end = new.index(stop) + 1 if stop in new else len(new)
@@ -117,7 +119,8 @@ def test_generation_ends_when_every_row_has_stopped():
     cfg = minillm.ModelConfig(arch="classic", vocab_size=3, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)
     model = _model(cfg)
-    steps = list(stream(model, [[0], [1, 2]], max_new_tokens=500, temperature=1.0, stop_tokens=[0, 1, 2]))
+    steps = list(stream(model, [[0], [1, 2]], max_new_tokens=500, temperature=1.0,
+                        stop_tokens=[0, 1, 2]))
     assert steps == [steps[0]] and set(steps[0]) == {0, 1}
 
 
@@ -139,7 +142,8 @@ def test_same_seed_same_text_and_rng_instead_of_seed():
     model = _model(cfg)
     a = generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=4)
     assert a == generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=4)
-    assert a == generate(model, [1, 2], max_new_tokens=30, temperature=1.0, rng=np.random.default_rng(4))
+    assert a == generate(model, [1, 2], max_new_tokens=30, temperature=1.0,
+                         rng=np.random.default_rng(4))
     assert a != generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=5)
     assert generate(model, [1, 2], max_new_tokens=0) == [1, 2]
 
@@ -196,9 +200,11 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
                  min_p=data.draw(st.sampled_from([None, 0.05])),
                  repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
     n, use_cache = 2 * W + 1, data.draw(st.booleans())  # every row slides at least once
-    rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache, return_logprobs=True,
+    rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache,
+                        return_logprobs=True,
                         prompt_logprobs=True, **knobs)
-    assert [r.tokens for r in rollouts] == generate(model, prompts, max_new_tokens=n, seed=7, **knobs)
+    assert [r.tokens for r in rollouts] == generate(model, prompts, max_new_tokens=n, seed=7,
+                                                    **knobs)
     for prompt, rollout in zip(prompts, rollouts):
         new = rollout.new_tokens
         assert rollout.tokens == prompt + new and len(new) == n
@@ -244,7 +250,8 @@ def test_stream_scores_each_token_as_generate_does():
     assert [s.token for s in scored] == rollout.new_tokens
     assert [s.logprob for s in scored] == rollout.logprobs
     assert [s.raw_logprob for s in scored] == rollout.raw_logprobs
-    batch = list(stream(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, **knobs, return_logprobs=True))
+    batch = list(stream(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, **knobs,
+                        return_logprobs=True))
     rows = generate(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, **knobs, return_logprobs=True)
     assert [step[1].logprob for step in batch] == rows[1].logprobs
 

@@ -317,7 +317,8 @@ def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
     tokens = np.array([[3, 1, 4, 1, 5]])
     np.testing.assert_allclose(draft.forward(tokens), reference.forward(tokens), atol=1e-12)
     greedy = minillm.generate(target, [3, 1, 4], max_new_tokens=20, temperature=0)
-    ids, stats = speculative_generate(target, draft, [3, 1, 4], max_new_tokens=20, k=3, temperature=0)
+    ids, stats = speculative_generate(target, draft, [3, 1, 4], max_new_tokens=20, k=3,
+                                      temperature=0)
     assert ids == greedy and stats.draft_calls > 0
     with pytest.raises(ValueError, match="n_layers"):
         first_layers(target, 4)
@@ -353,7 +354,8 @@ def test_speculative_logprobs_equal_a_fresh_forward_pass_over_each_view(temperat
     target = minillm.random_model(cfg, seed=5, dtype="float64")
     draft = minillm.random_model(cfg, seed=6, dtype="float64")
     knobs = dict(temperature=temperature, top_k=6, repetition_penalty=1.3)
-    rollout, _ = speculative_generate(target, draft, [1, 2, 3], max_new_tokens=20, k=3, **knobs, seed=2,
+    rollout, _ = speculative_generate(target, draft, [1, 2, 3], max_new_tokens=20, k=3, **knobs,
+                                      seed=2,
                                       return_logprobs=True)
     assert len(rollout.logprobs) == len(rollout.raw_logprobs) == 20
     if temperature == 0:

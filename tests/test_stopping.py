@@ -52,16 +52,19 @@ def test_finding_cutting_and_holding_back():
 def test_generation_ends_with_the_token_that_completes_a_stop_string(model, temperature):
     tokenizer = model.tokenizer
     prompt = tokenizer.encode("Hi there")
-    free = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3)[len(prompt):]
+    free = generate(model, prompt, max_new_tokens=30, temperature=temperature,
+                    seed=3)[len(prompt):]
     text = tokenizer.decode(free)
     stop = text[len(text) // 2:len(text) // 2 + 2]  # two characters from the middle
     n = ends_at(tokenizer, free, [stop])
     assert n < len(free)
-    stopped = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3, stop_strings=[stop])
+    stopped = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
+                       stop_strings=[stop])
     assert stopped == prompt + free[:n]
     assert list(stream(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
                        stop_strings=[stop])) == free[:n]
-    rollout = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3, stop_strings=[stop],
+    rollout = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
+                       stop_strings=[stop],
                        return_logprobs=True)
     assert rollout.tokens == stopped and len(rollout.logprobs) == n
 
@@ -83,7 +86,8 @@ def test_speculative_decoding_stops_on_the_same_string(model):
     stop = model.tokenizer.decode(free)[10:12]
     expected = generate(model, prompt, max_new_tokens=30, temperature=0, stop_strings=[stop])
     for draft in ("ngram", model):
-        ids, _ = minillm.speculative_generate(model, draft, prompt, max_new_tokens=30, k=3, temperature=0,
+        ids, _ = minillm.speculative_generate(model, draft, prompt, max_new_tokens=30, k=3,
+                                              temperature=0,
                                               stop_strings=[stop])
         assert ids == expected
 

@@ -46,7 +46,8 @@ def main(argv=None) -> int:
         plain.append(time.perf_counter() - start)
         totals.clear()  # count the speculative run only
         start = time.perf_counter()
-        _, stats = minillm.speculative_generate(target, draft, prompt, max_new_tokens=args.tokens, k=args.k,
+        _, stats = minillm.speculative_generate(target, draft, prompt, max_new_tokens=args.tokens,
+                                                k=args.k,
                                                 temperature=0)
         spec.append((time.perf_counter() - start, {k: s for k, (s, _) in totals.items()}))
         rounds, draft_calls = stats.target_calls, stats.draft_calls

@@ -22,7 +22,8 @@ def run(ctx):
     outputs = {}
     contenders = {
         "minillm f32": lambda n: minillm.generate(model, prompt, max_new_tokens=n, temperature=0),
-        "minillm uncached": lambda n: minillm.generate(model, prompt, max_new_tokens=n, temperature=0,
+        "minillm uncached": lambda n: minillm.generate(model, prompt, max_new_tokens=n,
+                                                       temperature=0,
                                                        use_cache=False),
     }
     contenders = {name: C.recorded(outputs, name, fn) for name, fn in contenders.items()}

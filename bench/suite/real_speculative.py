@@ -52,7 +52,8 @@ def compare(target, drafters: dict, prompt, n, temperature, stops, repeats, warm
     texts, stats = {}, {}
 
     def plain(m):
-        texts["minillm f32"] = minillm.generate(target, prompt, max_new_tokens=m, temperature=temperature,
+        texts["minillm f32"] = minillm.generate(target, prompt, max_new_tokens=m,
+                                                temperature=temperature,
                                                 seed=0, stop_tokens=stops)
 
     def speculative(name, drafter, k):

