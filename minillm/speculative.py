@@ -161,8 +161,9 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
                 return
             if new_text is not None and reached_stop(new_text, t, config.stop_strings):
                 return
-        if view_start(len(text), start, W) != start:  # the view overflowed: slide
-            start = view_start(len(text), start, W)
+        slid = view_start(len(text), start, W)
+        if slid != start:  # the view overflowed: keep its newest half, read it from position 0
+            start = slid
             cache.reset()
 
 

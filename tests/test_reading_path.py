@@ -4,7 +4,8 @@ and is short enough to hold one idea.
 
 For each module of the reading order (the README's "Reading order" section names them):
 - it imports neither `fast` (the speed devices wrap the reference, never the reverse) nor
-  `time` (the algorithms count; the command line and the bench time);
+  `time` (the algorithms count; the command line and the bench time), and wires no fast path
+  by hand (no `.fast` attribute, no `fast=` argument, no MINILLM_FAST);
 - no comment or docstring quotes a machine figure: a duration (ms, µs), a size of memory
   (MB, GiB), a rate (GB/s, tokens/s, weights/s), a speed-up ("3.5x slower"), or speaks of the
   machine's devices (BLAS, page faults, bandwidth); those belong in docs/PERFORMANCE.md;
@@ -60,6 +61,20 @@ def imported(tree: ast.Module) -> set[str]:
     return names
 
 
+def fast_wiring(tree: ast.Module) -> list[str]:
+    """Where the code reaches into the fast path: a `.fast` attribute, a `fast=` argument, the
+    MINILLM_FAST switch."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "fast":
+            found.append(f"line {node.lineno}: .fast")
+        elif isinstance(node, ast.keyword) and node.arg == "fast":
+            found.append(f"line {node.value.lineno}: fast=")
+        elif isinstance(node, ast.Constant) and node.value == "MINILLM_FAST":
+            found.append(f"line {node.lineno}: MINILLM_FAST")
+    return found
+
+
 def prose(source: str, tree: ast.Module) -> list[tuple[int, str]]:
     """(line, text) of every comment and docstring."""
     found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
@@ -100,6 +115,7 @@ def offences(source: str) -> list[str]:
     """Everything in one module's source that breaks the promise, each as one line."""
     tree = ast.parse(source)
     found = [f"imports {name}" for name in sorted(imported(tree) & FORBIDDEN_IMPORTS)]
+    found += [f"wires the fast path, {where}" for where in sorted(fast_wiring(tree))]
     found += [f"quotes a machine figure, {figure}" for figure in machine_figures(source, tree)]
     lines = len(source.splitlines())
     if lines > MAX_LINES:
@@ -142,6 +158,10 @@ def later():
 '''
     tree = ast.parse(bad)
     assert imported(tree) & FORBIDDEN_IMPORTS == {"fast", "time"}
+    wired = ast.parse('draft = replace(model, fast=False)\ndraft.fast = model.fast\n'
+                      'on = os.environ.get("MINILLM_FAST")\n')
+    assert sorted(fast_wiring(wired)) == ["line 1: fast=", "line 2: .fast", "line 2: .fast",
+                                          "line 3: MINILLM_FAST"]
     figures = " ".join(machine_figures(bad, tree))
     for quoted in ("321 tokens/s", "377 MB", "3.5x slower", "BLAS", "12 ms"):
         assert quoted in figures, quoted
