@@ -108,6 +108,8 @@ def _count(name, value, least, allowed) -> int | None:
 
 def sampling_config(knobs=None, by_name=None) -> SamplingConfig:
     """The SamplingConfig, with the knobs given by name replaced (every one checked)."""
+    if isinstance(knobs, SamplingConfig) and not by_name:
+        return knobs  # checked when it was made
     if knobs is not None and not isinstance(knobs, SamplingConfig):
         raise ValueError(f"knobs: expected a SamplingConfig, got {knobs!r}; give the knobs by "
                          "name (temperature=..., top_k=...)")
@@ -118,4 +120,4 @@ def sampling_config(knobs=None, by_name=None) -> SamplingConfig:
         raise TypeError(f"{unknown[0]}: not a sampling knob; they are {', '.join(sorted(names))}")
     if knobs is None:
         return SamplingConfig(**by_name)
-    return dataclasses.replace(knobs, **by_name) if by_name else knobs
+    return dataclasses.replace(knobs, **by_name)
