@@ -18,9 +18,27 @@ UTF-8 bytes, each the token ``<0xNN>`` (byte fallback); without byte tokens it i
 Decoding turns ``▁`` back into spaces, byte tokens into their bytes, and drops the one space the
 prefix added.
 """
+from dataclasses import dataclass
 import heapq
 
 SPACE = "\u2581"  # ▁
+
+
+@dataclass(frozen=True)
+class SentencePiece:
+    """How a SentencePiece vocabulary merges: by ``scores`` (one per id; llama.cpp) or, when
+    None, by the merge ranks (the Rust library); ``space_prefix``: "every" piece between added
+    tokens gets a leading ``▁``, only the "first" (the text's start), or "none";
+    ``prefix_before_space``: a piece that already starts with a space gets one more (llama.cpp,
+    the Prepend normalizer) or not (the Metaspace pre-tokenizer); ``split_words``: merge each
+    ``▁``-word apart (Metaspace's split); ``byte_fallback``: write unknown characters as
+    ``<0xNN>`` tokens; ``strip_space``: decoding drops one leading space."""
+    scores: tuple | None = None
+    space_prefix: str = "every"
+    prefix_before_space: bool = True
+    split_words: bool = False
+    byte_fallback: bool = True
+    strip_space: bool = True
 
 
 def escape_spaces(text, add_space_prefix):

@@ -28,14 +28,15 @@ whether a plain prompt starts with BOS and ends with EOS, and the chat template.
 """
 
 import codecs
-from dataclasses import asdict, dataclass, replace
-import json
+from dataclasses import replace
 import re
 
 from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401
 from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, initial_symbols,
                             merge_by_priority, piece_bytes, pieces_to_ids)
+from .tokenizer_files import (TokenizerConfig, from_gguf_metadata, from_tokenizer_json,
+                              to_tokenizer_json)
 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 # Tokens that end a turn (llama.cpp's end-of-generation texts): a reply stops at each one the
@@ -46,99 +47,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end
                       "<\uff5cend\u2581of\u2581sentence\uff5c>")
 
 
-# ---------------------------------------------------------------------- tokenizer_config.json
-
-@dataclass(frozen=True)
-class TokenizerConfig:
-    """What Hugging Face keeps in ``tokenizer_config.json`` beside ``tokenizer.json``.
-
-    Tokens are named by their text. ``add_bos_token`` / ``add_eos_token``: whether a plain
-    prompt starts with BOS / ends with EOS (None: the tokenizer file decides; a chat template
-    writes its own); ``chat_template``: Jinja text, or None; ``pre_tokenizer``: llama.cpp's
-    name of the pre-tokenizer of a tokenizer read from GGUF (not a Hugging Face key: it keeps
-    llama.cpp's rules when the tokenizer is written as tokenizer.json).
-    """
-    bos_token: str | None = None
-    eos_token: str | None = None
-    pad_token: str | None = None
-    unk_token: str | None = None
-    add_bos_token: bool | None = None
-    chat_template: str | None = None
-    add_eos_token: bool | None = None
-    pre_tokenizer: str | None = None
-
-    @classmethod
-    def from_dict(cls, data):
-        """From a tokenizer_config.json object; keys this class has no field for are ignored.
-
-        A token may be its text or ``{"content": text, ...}``; a list of named chat templates
-        gives the one named "default".
-        """
-        values = {}
-        for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
-            token = data.get(name)
-            if isinstance(token, dict):
-                token = token.get("content")
-            if token is not None and not isinstance(token, str):
-                raise ValueError(f"tokenizer config: {name} must be a string, got {token!r}")
-            values[name] = token
-        for name in ("add_bos_token", "add_eos_token"):
-            flag = data.get(name)
-            if flag is not None and not isinstance(flag, bool):
-                raise ValueError(f"tokenizer config: {name} must be true or false, got {flag!r}")
-            values[name] = flag
-        values["chat_template"] = _default_chat_template(data.get("chat_template"))
-        pre_tokenizer = data.get("pre_tokenizer")
-        if pre_tokenizer is not None and not isinstance(pre_tokenizer, str):
-            raise ValueError(f"tokenizer config: pre_tokenizer must be a string, got "
-                             f"{pre_tokenizer!r}")
-        values["pre_tokenizer"] = pre_tokenizer
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text):
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("tokenizer config: expected a JSON object")
-        return cls.from_dict(data)
-
-    def to_json(self):
-        """A JSON object with this class's fields, as in tokenizer_config.json."""
-        return json.dumps(asdict(self), ensure_ascii=False)
-
-
-def _default_chat_template(template):
-    """The chat template text: a string, or the "default" of a list of named templates."""
-    if isinstance(template, list):
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        if "default" not in named:
-            raise ValueError(f"tokenizer config: no chat template named 'default' among "
-                             f"{sorted(map(str, named))}")
-        template = named["default"]
-    if template is not None and not isinstance(template, str):
-        raise ValueError(f"tokenizer config: chat_template must be a string, got "
-                         f"{type(template).__name__}")
-    return template
-
-
 # ---------------------------------------------------------------------- the tokenizer
-
-@dataclass(frozen=True)
-class SentencePiece:
-    """How a SentencePiece vocabulary merges: by ``scores`` (one per id; llama.cpp) or, when
-    None, by the merge ranks (the Rust library); ``space_prefix``: "every" piece between added
-    tokens gets a leading ``▁``, only the "first" (the text's start), or "none";
-    ``prefix_before_space``: a piece that already starts with a space gets one more (llama.cpp,
-    the Prepend normalizer) or not (the Metaspace pre-tokenizer); ``split_words``: merge each
-    ``▁``-word apart (Metaspace's split); ``byte_fallback``: write unknown characters as
-    ``<0xNN>`` tokens; ``strip_space``: decoding drops one leading space."""
-    scores: tuple | None = None
-    space_prefix: str = "every"
-    prefix_before_space: bool = True
-    split_words: bool = False
-    byte_fallback: bool = True
-    strip_space: bool = True
-
 
 class Tokenizer:
     """A BPE tokenizer: ``encode(text) -> ids`` and ``decode(ids) -> text``."""
@@ -244,21 +153,18 @@ class Tokenizer:
     def from_json(cls, text, config=None):
         """From the text of a Hugging Face ``tokenizer.json`` and, optionally, a
         ``TokenizerConfig``; see ``minillm.tokenizer_files.from_tokenizer_json``."""
-        from .tokenizer_files import from_tokenizer_json
         return from_tokenizer_json(cls, text, config)
 
     @classmethod
     def from_gguf(cls, metadata):
         """From a GGUF file's metadata ({key: value}); see
         ``minillm.tokenizer_files.from_gguf_metadata``."""
-        from .tokenizer_files import from_gguf_metadata
         return from_gguf_metadata(cls, metadata)
 
     def to_json(self):
         """The tokenizer.json text: the original text when read with ``from_json``."""
         if self._source_json is not None:
             return self._source_json
-        from .tokenizer_files import to_tokenizer_json
         return to_tokenizer_json(self)
 
     def __len__(self):
