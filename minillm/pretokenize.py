@@ -16,7 +16,7 @@ llama.cpp's "default" rules, which are not GPT-2's: runs of punctuation first, t
 regex, then runs of numbers, then ASCII digits in threes.
 
 Python's ``re`` has no ``\\p{...}`` classes, so each is written out from the Unicode database
-(``unicode_classes``): L (letters: exactly ``str.isalpha``), N, P, M, S by general category,
+(``class_body``): L (letters: exactly ``str.isalpha``), N, P, M, S by general category,
 and ``\\s`` the Unicode White_Space property, as in llama.cpp's tables and the Rust library's
 regex engine (Python's ``\\s`` would also take U+001C..U+001F). llama.cpp runs the regexes that
 are not GPT-2's or Llama 3's on a "collapsed" text, one byte per character standing for its
@@ -140,22 +140,35 @@ def rules_named(name):
 
 # ---------------------------------------------------------------------- Unicode classes
 
+MAJOR_CATEGORIES = "LNPMS"
+
+
 @functools.lru_cache(maxsize=None)
-def unicode_categories():
-    """{major category letter: all characters of it} for L, N, P, M, S (one scan of Unicode)."""
-    every_char = "".join(map(chr, range(0x110000)))
-    by_major = {"L": "".join(filter(str.isalpha, every_char))}  # isalpha is exactly L*
-    rest = "".join(ch for ch in every_char if not ch.isalpha())
+def unicode_category(major, ascii_only=False):
+    """All characters of the general categories ``major``* (L, N, P, M or S), as a string.
+
+    A scan of the Unicode database, done once per category (a fraction of a second).
+    """
+    chars = "".join(map(chr, range(128 if ascii_only else 0x110000)))
+    if major == "L":
+        return "".join(filter(str.isalpha, chars))  # isalpha is exactly L*
+    if major == "N":  # every character of category N has a numeric value
+        chars = "".join(filter(str.isnumeric, chars))
+    else:  # P, M and S are printable, neither letters nor numbers (a quick first cut)
+        chars = "".join(ch for ch in filter(str.isprintable, chars)
+                        if not ch.isalpha() and not ch.isnumeric())
     category = unicodedata.category
-    for major in "NPMS":
-        by_major[major] = "".join(ch for ch in rest if category(ch)[0] == major)
-    return by_major
+    return "".join(ch for ch in chars if category(ch)[0] == major)
+
+
+def unicode_categories():
+    """{major category letter: all characters of it} for L, N, P, M, S."""
+    return {major: unicode_category(major) for major in MAJOR_CATEGORIES}
 
 
 def unicode_letters_and_numbers():
     """All characters of the categories L* (letters) and N* (numbers), as two strings."""
-    categories = unicode_categories()
-    return categories["L"], categories["N"]
+    return unicode_category("L"), unicode_category("N")
 
 
 def _class_body(chars):
@@ -173,35 +186,33 @@ def _class_body(chars):
 
 
 @functools.lru_cache(maxsize=None)
-def unicode_classes(ascii_only=False):
-    """{"\\p{L}": body, ..., "\\s": body}: the class bodies, for all of Unicode or ASCII only."""
-    if ascii_only:
-        chars = "".join(map(chr, range(128)))
-        sets = {"L": "".join(filter(str.isalpha, chars))}
-        for major in "NPMS":
-            sets[major] = "".join(c for c in chars if unicodedata.category(c)[0] == major)
-        spaces = WHITE_SPACE[:6]
-    else:
-        sets, spaces = unicode_categories(), WHITE_SPACE
-    classes = {f"\\p{{{major}}}": _class_body(chars) for major, chars in sets.items()}
-    classes[r"\s"] = _class_body(spaces)
-    return classes
+def class_body(name, ascii_only=False):
+    """The body of the class ``\\p{X}`` (X a major category) or ``\\s``, for all of Unicode or
+    ASCII only; None for another name."""
+    if name == r"\s":
+        return _class_body(WHITE_SPACE[:6] if ascii_only else WHITE_SPACE)
+    major = name[3:-1] if name.startswith(r"\p{") else None
+    if major is None or len(major) != 1 or major not in MAJOR_CATEGORIES:
+        return None
+    return _class_body(unicode_category(major, ascii_only))
 
 
 def to_python_regex(regex, classes):
     """A regex of llama.cpp or the Rust library rewritten for Python's ``re``.
 
-    ``\\p{X}`` and ``\\s`` become the classes of ``classes`` (inside ``[...]``, their bodies),
+    ``\\p{X}`` and ``\\s`` become the classes ``classes(name)`` gives (inside ``[...]``, their
+    bodies),
     ``\\S`` becomes ``[^spaces]`` and ``$`` the end of the text ``\\Z``. Anything else these
     regexes use (``(?i:...)``, ``(?!...)``, ``{1,3}``, escapes) means the same in both dialects;
     another ``\\p{...}`` class is refused.
     """
-    out, in_class, spaces = [], False, classes[r"\s"]
+    out, in_class, spaces = [], False, classes(r"\s")
     for piece in re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL):
         if piece.startswith(r"\p{"):
-            if piece not in classes:
+            body = classes(piece)
+            if body is None:
                 raise ValueError(f"regex {regex!r}: the class {piece} is not supported")
-            out.append(classes[piece] if in_class else f"[{classes[piece]}]")
+            out.append(body if in_class else f"[{body}]")
         elif piece == r"\s":
             out.append(spaces if in_class else f"[{spaces}]")
         elif piece == r"\S":
@@ -226,7 +237,8 @@ def split_pattern(regex, ascii_only=False):
     The ASCII pattern gives the same words as the full one on ASCII text, and only there.
     The whole regex is one capturing group, so that ``split`` keeps the matches.
     """
-    return re.compile("(" + to_python_regex(regex, unicode_classes(ascii_only)) + ")")
+    classes = functools.partial(class_body, ascii_only=ascii_only)
+    return re.compile("(" + to_python_regex(regex, classes) + ")")
 
 
 def check_rules(rules):

@@ -86,6 +86,27 @@ def merge_by_priority(symbols, priority):
     return [s for s in symbols if s is not None]
 
 
+def joinable_pairs(vocab):
+    """Every two characters that stand side by side inside some token, or None when a token
+    longer than a byte token starts like one (then a byte token might join a neighbour)."""
+    if any(token.startswith("<0x") and len(token) > 6 for token in vocab):
+        return None
+    return {token[i:i + 2] for token in vocab for i in range(len(token) - 1)}
+
+
+def independent_parts(text, pairs):
+    """``text`` cut between every two characters that no token holds side by side.
+
+    A join makes a token holding the two characters at its seam, so no join ever crosses such
+    a cut: merging each part alone gives the same pieces as merging the whole text (and the
+    parts, mostly words, can be cached). ``pairs``: ``joinable_pairs``; None: no cut.
+    """
+    if pairs is None:
+        return [text]
+    cuts = [i for i in range(1, len(text)) if text[i - 1:i + 1] not in pairs]
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
 def by_score(vocab, scores):
     """llama.cpp's priority: the score of the joined token (higher first)."""
     def priority(left, right):

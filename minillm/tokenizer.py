@@ -33,8 +33,9 @@ import re
 
 from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401
 from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
-from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, initial_symbols,
-                            merge_by_priority, piece_bytes, pieces_to_ids)
+from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
+                            initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
+                            pieces_to_ids)
 from .tokenizer_files import (TokenizerConfig, from_gguf_metadata, from_tokenizer_json,
                               to_tokenizer_json)
 
@@ -108,6 +109,7 @@ class Tokenizer:
                                if by_length else None)
         self._source_json = source_json
         self._cache = {}
+        self._joinable = False
 
     def _config_token_id(self, name):
         """The id of the config's token ``name`` (None if the config names none)."""
@@ -223,8 +225,10 @@ class Tokenizer:
                   and (sp.prefix_before_space or not text.startswith(" ")))
         text = escape_spaces(text, prefix)
         words = re.findall(f"[^{SPACE}]+|{SPACE}[^{SPACE}]*", text) if sp.split_words else [text]
+        if self._joinable is False:  # computed on first use
+            self._joinable = joinable_pairs(self.vocab)
         ids = []
-        for word in words:
+        for word in (part for w in words for part in independent_parts(w, self._joinable)):
             word_ids = self._cache.get(word)
             if word_ids is None:
                 if sp.scores is not None:  # llama.cpp: characters merged by score

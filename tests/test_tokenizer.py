@@ -293,7 +293,7 @@ def test_unknown_pre_tokenizer_is_refused_by_name():
 
 
 def test_python_regex_translation():
-    classes = {r"\p{L}": "A-Z", r"\p{N}": "0-9", r"\s": " "}
+    classes = {r"\p{L}": "A-Z", r"\p{N}": "0-9", r"\s": " "}.get
     assert to_python_regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\s+(?!\S)|\s+$", classes) == (
         r"[^\r\nA-Z0-9]?[A-Z]+|[ ]+(?![^ ])|[ ]+\Z")
     with pytest.raises(ValueError, match="Han"):
@@ -591,3 +591,19 @@ def test_merge_by_priority_is_the_definition(text, scores):
     def priority(left, right):
         return scores.get(left + right)
     assert merge_by_priority(text, priority) == naive_merge(text, priority)
+
+
+@SETTINGS
+@given(st.text(alphabet="ab\u2581<0x>", max_size=24),
+       st.dictionaries(st.text(alphabet="ab\u2581", min_size=1, max_size=4),
+                       st.floats(-5, 0, allow_nan=False), min_size=1))
+def test_merging_in_independent_parts_is_merging_the_whole(text, scored):
+    from minillm.sentencepiece import (by_score, independent_parts, joinable_pairs,
+                                       merge_by_priority)
+
+    vocab = {token: i for i, token in enumerate(scored)}
+    priority = by_score(vocab, list(scored.values()))
+    parts = independent_parts(text, joinable_pairs(vocab))
+    assert "".join(parts) == text
+    assert [p for part in parts for p in merge_by_priority(part, priority)] == (
+        merge_by_priority(text, priority))
