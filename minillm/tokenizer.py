@@ -36,8 +36,8 @@ from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
                             initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
                             pieces_to_ids)
-from .tokenizer_files import (TokenizerConfig, from_gguf_metadata, from_tokenizer_json,
-                              to_tokenizer_json)
+from .tokenizer_config import TokenizerConfig
+from .tokenizer_files import from_gguf_metadata, from_tokenizer_json, to_tokenizer_json
 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 # Tokens that end a turn (llama.cpp's end-of-generation texts): a reply stops at each one the
@@ -55,13 +55,13 @@ class Tokenizer:
 
     def __init__(self, vocab, merges, added_tokens=(), add_prefix_space=False,
                  ignore_merges=False, source_json=None, pre_tokenizer="gpt-2", config=None,
-                 sentencepiece=None, add_bos=False, add_eos=False, byte_tokens=None):
+                 sentencepiece=None, byte_tokens=None):
         """``vocab``: {token: id}; ``merges``: list of pairs in rank order; ``added_tokens``:
         list of dicts with ``id``, ``content`` and ``special`` as in tokenizer.json;
         ``pre_tokenizer``: a llama.cpp name (``PRE_TOKENIZERS``) or ``Rules``, for byte-level
         BPE; ``sentencepiece``: a ``SentencePiece`` for a SentencePiece vocabulary instead;
-        ``config``: a ``TokenizerConfig``; ``add_bos``/``add_eos``: what the tokenizer file
-        says when the config does not; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``."""
+        ``config``: a ``TokenizerConfig``; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``
+        (by default, the tokens so named)."""
         self.vocab = dict(vocab)
         self.ranks = merge_ranks(merges)
         self.sentencepiece = sentencepiece
@@ -98,7 +98,6 @@ class Tokenizer:
         if self.config.eos_token is None:  # no config: the first familiar end-of-text token
             self.eos_token_id = next((self.special_tokens[t] for t in EOS_CANDIDATES
                                       if t in self.special_tokens), None)
-        self._add_bos, self._add_eos = add_bos, add_eos
         if self.add_bos_token and self.bos_token_id is None:
             raise ValueError("tokenizer config: add_bos_token is true, but there is no bos_token")
         if self.add_eos_token and self.eos_token_id is None:
@@ -123,14 +122,12 @@ class Tokenizer:
     @property
     def add_bos_token(self):
         """Whether ``encode(text, add_special_tokens=True)`` starts with the BOS token."""
-        flag = self.config.add_bos_token
-        return self._add_bos if flag is None else flag
+        return bool(self.config.add_bos_token)
 
     @property
     def add_eos_token(self):
         """Whether ``encode(text, add_special_tokens=True)`` ends with the EOS token."""
-        flag = self.config.add_eos_token
-        return self._add_eos if flag is None else flag
+        return bool(self.config.add_eos_token)
 
     @property
     def chat_template(self):
