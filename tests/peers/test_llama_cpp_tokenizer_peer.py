@@ -145,6 +145,18 @@ def test_sentencepiece_mistral_token_for_token(tmp_path, mistral_model):
             assert ours.decode(ids[1:]) == sample
 
 
+def test_sentencepiece_written_as_tokenizer_json(mistral_model):
+    # Merges ordered by score and Llama 2's Prepend/Replace normalizers: the Rust library reads
+    # minillm's tokenizer.json of the GGUF vocabulary to the same ids, and so does minillm.
+    hf_tokenizers = pytest.importorskip("tokenizers")
+    ours = Tokenizer.from_gguf(spm_metadata(mistral_model))
+    text = ours.to_json()
+    peer, again = hf_tokenizers.Tokenizer.from_str(text), Tokenizer.from_json(text, ours.config)
+    for sample in CORPUS:
+        ids = ours.encode(sample)
+        assert peer.encode(sample, add_special_tokens=False).ids == again.encode(sample) == ids
+
+
 def test_sentencepiece_hypothesis_strings_and_eos(tmp_path, mistral_model):
     llm, ours = load_both(tmp_path, spm_metadata(mistral_model, add_eos_token=True))
     assert ours.encode("x", add_special_tokens=True)[-1] == 2
