@@ -31,7 +31,7 @@ import codecs
 from dataclasses import replace
 import re
 
-from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401
+from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401 (re-exported)
 from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
                             initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
@@ -84,10 +84,11 @@ class Tokenizer:
         self.vocab.update(self.added_tokens)
         self.id_to_token = {i: token for token, i in self.vocab.items()}
         self.vocab_size = max(self.id_to_token) + 1 if self.id_to_token else 0
-        self.byte_tokens = set(byte_tokens if byte_tokens is not None else
-                               (i for t, i in self.vocab.items()
-                                if re.fullmatch(r"<0x[0-9A-F]{2}>", t))
-                               if sentencepiece is not None else ())
+        if sentencepiece is None:
+            byte_tokens = ()
+        elif byte_tokens is None:
+            byte_tokens = [i for t, i in self.vocab.items() if re.fullmatch(r"<0x[0-9A-F]{2}>", t)]
+        self.byte_tokens = set(byte_tokens)
         self.config = config if config is not None else TokenizerConfig()
         if self.pre_tokenizer is not None and self.config.pre_tokenizer != self.pre_tokenizer:
             self.config = replace(self.config, pre_tokenizer=self.pre_tokenizer)
