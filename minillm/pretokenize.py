@@ -55,6 +55,9 @@ DEEPSEEK3 = (r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
              r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^" "\r\n"
              r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[" "\r\n" r"]*|\s*[" "\r\n"
              r"]+|\s+(?!\S)|\s+")
+# llama.cpp's forms of [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: a letter
+# that is not a-z, a letter that is not A-Z (after an optional non-letter, non-number).
+BEFORE, UPPER, LOWER = r"[^\r\n\p{L}\p{N}]?", r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"
 PORO = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
 
 
@@ -124,6 +127,27 @@ _RULES_BY_FAMILY = {
                           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
                          ignore_merges=True),
     ("laguna",): Rules(("[^\\n]+|[\\n]+", QWEN2)),
+    ("jais-2",): Rules((CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)"
+                        r"|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)"
+                        r"|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}",)),
+    ("exaone-moe",): Rules((CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+"
+                            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",)),
+    ("tekken",): Rules((BEFORE + UPPER + "*" + LOWER + "+|" + BEFORE + UPPER + "+" + LOWER
+                        + r"*|\p{N}"
+                        r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+                       ignore_merges=True, add_bos=True),
+    ("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"): Rules((
+        BEFORE + UPPER + "*" + LOWER + "+" + CONTRACTIONS + "?|" + BEFORE + UPPER + "+" + LOWER
+        + "*" + CONTRACTIONS + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)"
+        r"|\s+",)),
+    ("chameleon",): Rules(("<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+                           "([\\t\\n]|    |  )", r"\p{N}", r"[\p{P}!-/:-@\[-`{-~]", GPT2),
+                          add_bos=True),
+    ("spark2_5",): Rules((r"\p{N}{1,3}", DEEPSEEK3[1],
+                          r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^" "\r\n"
+                          r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[" "\r\n"
+                          r"]|\s+(?!\S)|\s+", r"\p{N}")),
 }
 
 # Every name, as llama.cpp spells it in `tokenizer.ggml.pre`.
@@ -201,18 +225,20 @@ def to_python_regex(regex, classes):
     """A regex of llama.cpp or the Rust library rewritten for Python's ``re``.
 
     ``\\p{X}`` and ``\\s`` become the classes ``classes(name)`` gives (inside ``[...]``, their
-    bodies),
-    ``\\S`` becomes ``[^spaces]`` and ``$`` the end of the text ``\\Z``. Anything else these
+    bodies), ``\\S`` becomes ``[^spaces]``, ``$`` the end of the text ``\\Z``, and a capturing
+    group a plain one (``re.split`` would return what groups capture). Anything else these
     regexes use (``(?i:...)``, ``(?!...)``, ``{1,3}``, escapes) means the same in both dialects;
     another ``\\p{...}`` class is refused.
     """
     out, in_class, spaces = [], False, classes(r"\s")
-    for piece in re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL):
+    pieces = re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL)
+    for i, piece in enumerate(pieces):
         if piece.startswith(r"\p{"):
             body = classes(piece)
             if body is None:
                 raise ValueError(f"regex {regex!r}: the class {piece} is not supported")
-            out.append(body if in_class else f"[{body}]")
+            # An empty class (no ASCII mark) matches nothing: "[]" would not parse.
+            out.append(body if in_class else f"[{body}]" if body else "(?!)")
         elif piece == r"\s":
             out.append(spaces if in_class else f"[{spaces}]")
         elif piece == r"\S":
@@ -221,6 +247,8 @@ def to_python_regex(regex, classes):
             out.append(f"[^{spaces}]")
         elif piece == "$" and not in_class:
             out.append(r"\Z")
+        elif piece == "(" and not in_class and pieces[i + 1:i + 2] != ["?"]:
+            out.append("(?:")
         else:
             if piece == "[" and not in_class:
                 in_class = True

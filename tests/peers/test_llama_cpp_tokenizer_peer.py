@@ -86,7 +86,8 @@ texts = st.one_of(st.text(alphabet=assigned, max_size=40), st.text(alphabet=tric
 
 @pytest.mark.parametrize("pre", ["default", "gpt-2", "llama-bpe", "qwen2", "qwen35",
                                  "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                 "poro-chat", "bailingmoe", "seed-coder"])
+                                 "poro-chat", "bailingmoe", "seed-coder", "tekken", "gpt-4o",
+                                 "chameleon", "exaone-moe", "jais-2"])
 def test_hypothesis_strings_token_for_token(tmp_path, shipped_json, pre):
     llm, ours = load_both(tmp_path, bpe_metadata(shipped_json, pre))
 
