@@ -246,7 +246,7 @@ def _from_gguf_fields(cls, fields):
         pre = fields.get("pre", "default")
         rules = rules_named(pre)
         add_bos = fields.get("add_bos_token", rules.add_bos)
-        build = dict(pre_tokenizer=pre, ignore_merges=rules.ignore_merges)
+        build = dict(pre_tokenizer=pre)
         merges = fields["merges"]
     else:
         scores = fields.get("scores", [0.0] * len(tokens))
