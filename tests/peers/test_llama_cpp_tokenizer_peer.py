@@ -10,8 +10,8 @@ Each GGUF file here is written by the test from a vocabulary at hand (``vocab_fi
 * Mistral 7B v0.1's SentencePiece model from the ``mistral-common`` wheel (``llama``: scores,
   ``▁``, the space prefix, ``<0xNN>`` byte fallback, BOS).
 
-Needs llama-cpp-python and the packages above (.ci/peers.sh builds and installs them); each
-test skips and says why without its part.
+Needs llama-cpp-python (.ci/run builds it) and the packages above (.ci/peers.sh installs them);
+each test skips and says why without its part.
 """
 import importlib.util
 import pathlib
