@@ -142,7 +142,8 @@ def prompt_ids(args, model) -> list[int]:
         if model.tokenizer is None:
             raise UsageError("--prompt: this model has no tokenizer; give token ids with "
                              "--prompt_ids 1,2,3")
-        ids = list(model.tokenizer.encode(args.text if args.prompt is None else args.prompt))
+        ids = list(model.tokenizer.encode(args.text if args.prompt is None else args.prompt,
+                                          add_special_tokens=True))  # BOS if the file asks
     if not ids:
         raise UsageError(f"{given[0]}: empty prompt")
     vocab = model.config.vocab_size
