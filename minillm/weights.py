@@ -12,6 +12,7 @@ import zipfile
 import numpy as np
 
 from .config import ModelConfig, parameter_shapes
+from .errors import WeightsError
 from .fast import accelerate
 from .model import Model
 from .quantize import QuantizedWeight, is_linear_weight
@@ -22,10 +23,6 @@ CONFIG_KEY = "minillm.config"
 TOKENIZER_KEY = "minillm.tokenizer"
 TOKENIZER_CONFIG_KEY = "minillm.tokenizer_config"
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-class WeightsError(ValueError):
-    """A weights file that cannot be read as a minillm model; the message names the problem."""
 
 
 def save(model: Model, path) -> None:
