@@ -237,8 +237,20 @@ def _is_bool(value):
 
 
 def from_gguf_metadata(cls, metadata):
-    """A ``cls`` (Tokenizer) from a GGUF file's metadata ({key: value}, as in the file)."""
-    fields = _gguf_fields(metadata)
+    """A ``cls`` (Tokenizer) from a GGUF file's metadata ({key: value}, as in the file); every
+    key is first checked by ``gguf_metadata.tokenizer_metadata`` (errors are WeightsError)."""
+    from .convert.gguf_metadata import tokenizer_metadata
+    from .errors import WeightsError
+    tokenizer_metadata(metadata)
+    try:
+        return _from_gguf_fields(cls, _gguf_fields(metadata))
+    except WeightsError:
+        raise
+    except ValueError as e:  # what the tokenizer refuses: in the file's terms too
+        raise WeightsError(f"tokenizer: {e}") from None
+
+
+def _from_gguf_fields(cls, fields):
     kind = fields.get("model")
     if kind not in DEFAULT_IDS:
         raise ValueError(f"tokenizer.ggml.model {kind!r} is not supported; minillm reads "

@@ -260,7 +260,7 @@ WRONG_METADATA = [
      "tokenizer.ggml.add_bos_token: found integer 1, expected bool"),
     ("tokenizer.chat_template", UINT32, 7,
      "tokenizer.chat_template: found integer 7, expected string"),
-    ("tokenizer.ggml.pre", STRING, "deepseek-coder", "tokenizer: pre-tokenizer 'deepseek-coder'"),
+    ("tokenizer.ggml.pre", STRING, "no-such-rule", "tokenizer: pre-tokenizer 'no-such-rule'"),
     ("llama.block_count", UINT64, 10**7,
      "llama.block_count: found integer 10000000, expected 2, the number of blocks"),
     ("llama.context_length", UINT64, 2**24,
@@ -334,7 +334,7 @@ def converted_and_reloaded(path, folder):
     """The model converted from the GGUF file at `path`, and that model saved and loaded."""
     model = model_from_gguf(path)
     minillm.save(model, Path(folder) / "m.npz")
-    return model, minillm.load(Path(folder) / "m.npz")
+    return model, minillm.load(Path(folder) / "m.npz", fast=False)
 
 
 def assert_same_after_reload(model, loaded):

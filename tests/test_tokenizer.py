@@ -406,11 +406,11 @@ def test_from_gguf_add_bos_token():
     ({"pre": "gpt2"}, "'gpt2'"),
     ({"pre": "kimi-k2"}, "'kimi-k2'"),
     ({"model": "t5"}, "'t5'"),
-    ({"eos_token_id": 999}, "eos_token_id 999"),
-    ({"token_type": [1, 1]}, "token types"),
-    ({"token_type": "1 1"}, "token_type must be an array"),
-    ({"add_bos_token": 1}, "add_bos_token must be a boolean"),
-    ({"merges": [1, 2]}, "merges must be an array of strings"),
+    ({"eos_token_id": 999}, "eos_token_id: found integer 999"),
+    ({"token_type": [1, 1]}, "token_type: found 2 values"),
+    ({"token_type": "1 1"}, "token_type: found string"),
+    ({"add_bos_token": 1}, "add_bos_token: found integer 1, expected bool"),
+    ({"merges": [1, 2]}, r"merges\[0\]: found integer 1"),
 ])
 def test_from_gguf_refuses_what_it_cannot_read(changes, message):
     with pytest.raises(ValueError, match=message):
