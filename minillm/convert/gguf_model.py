@@ -1,4 +1,4 @@
-"""A minillm Model from a GGUF file of the Llama family (llama, mistral, qwen2).
+"""A minillm Model from a GGUF file of the Llama family (llama, mistral, qwen2) or Gemma 3.
 
     model = model_from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")    # float32, dequantized
 
@@ -12,7 +12,14 @@ Rotary embeddings. llama.cpp's Llama rotates interleaved pairs (x_2j, x_2j+1), a
 permutes the q and k rows of a Hugging Face Llama to match (`LlamaModel.permute`, which is
 minillm's `half_to_interleaved`). So for llama and mistral the rows are permuted back with
 `interleaved_to_half`. Qwen2 runs in llama.cpp with the "NeoX" rotation, the halves that minillm
-uses, and its converter leaves the rows alone: so does this one.
+uses, and its converter leaves the rows alone: so does this one. So does Gemma 3.
+
+Gemma 3 (gemma3) is the modern architecture with Gemma's options (ModelConfig), set as llama.cpp
+runs such a file (llama-model.cpp): the head size is attention.key_length; every layer but each
+sixth is local, with attention.sliding_window keys and RoPE base 10000 (the global layers take
+rope.freq_base); scores scaled by 1/sqrt(head size); embeddings by sqrt(d_model); q/k norms and
+post-sublayer norms; GeGLU with tanh-GELU; tied head. llama.cpp's converter stores Gemma's
+RMSNorm gains as 1 + w (Gemma multiplies by 1 + w), which is minillm's gain as it stands.
 """
 from __future__ import annotations
 
@@ -33,7 +40,9 @@ EPS_RANGE = (1e-12, 1.0)
 ROPE_BASE_RANGE = (1.0, 1e12)
 
 # Architectures read, and whether llama.cpp's converter permuted their q and k rows.
-ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False}
+ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False, "gemma3": False}
+# llama.cpp's Gemma 3: one global layer in six, local layers rotating with base 10000.
+GEMMA3_PATTERN, GEMMA3_LOCAL_ROPE_BASE = 6, 10000.0
 
 GGUF_NAMES = {
     "tok_emb.weight": "token_embd.weight",
@@ -44,11 +53,15 @@ GGUF_NAMES = {
     "layers.{i}.attn.q.bias": "blk.{i}.attn_q.bias",
     "layers.{i}.attn.k.bias": "blk.{i}.attn_k.bias",
     "layers.{i}.attn.v.bias": "blk.{i}.attn_v.bias",
+    "layers.{i}.attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
     "layers.{i}.attn.out.weight": "blk.{i}.attn_output.weight",
+    "layers.{i}.attn_post_norm.weight": "blk.{i}.post_attention_norm.weight",
     "layers.{i}.mlp_norm.weight": "blk.{i}.ffn_norm.weight",
     "layers.{i}.mlp.gate.weight": "blk.{i}.ffn_gate.weight",
     "layers.{i}.mlp.up.weight": "blk.{i}.ffn_up.weight",
     "layers.{i}.mlp.down.weight": "blk.{i}.ffn_down.weight",
+    "layers.{i}.mlp_post_norm.weight": "blk.{i}.post_ffw_norm.weight",
     "final_norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight",
 }
@@ -128,11 +141,13 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
                            f"expected {d_model}, the columns of token_embd.weight")
     n_heads = get("attention.head_count", low=1, high=d_model)
     n_kv_heads = get("attention.head_count_kv", default=n_heads, low=1, high=n_heads)
-    if d_model % n_heads or n_heads % n_kv_heads or d_model // n_heads % 2:
+    gemma = gemma3_options(get, d_model, n_heads, n_layers) if arch == "gemma3" else {}
+    head_dim = gemma.get("head_dim", d_model // n_heads)
+    if n_heads % n_kv_heads or head_dim % 2 or (not gemma and d_model % n_heads):
         raise WeightsError(f"{arch}.attention.head_count {n_heads} and head_count_kv "
                            f"{n_kv_heads}: expected head_count_kv to divide head_count, and "
-                           f"head_count to divide embedding_length {d_model} into heads of "
-                           "even size")
+                           f"heads of even size (embedding_length {d_model} / head_count"
+                           + (", or attention.key_length" if gemma else "") + ")")
     config = ModelConfig(
         arch="modern",
         vocab_size=vocab_size,
@@ -148,12 +163,32 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
                                         low=ROPE_BASE_RANGE[0], high=ROPE_BASE_RANGE[1])),
         tie_embeddings="output.weight" not in gguf.tensors,
         bias="blk.0.attn_q.bias" in gguf.tensors,
+        **gemma,
     )
     for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
         if get(key, default=config.head_dim) != config.head_dim:
             raise WeightsError(f"{arch}.{key} is {get(key)}, but minillm needs the head size "
-                               f"embedding_length / head_count = {config.head_dim}")
+                               f"{'attention.key_length' if gemma else 'embedding_length / head_count'}"
+                               f" = {config.head_dim}")
     return config
+
+
+def gemma3_options(get, d_model, n_heads, n_layers) -> dict:
+    """ModelConfig's Gemma options as llama.cpp sets them for a gemma3 file: the head size
+    from attention.key_length; the scores scaled by 1/sqrt(head size), or by
+    1/sqrt(d_model / n_heads) for the 62-layer (27B) model; a sliding window on five layers in
+    six when the file gives attention.sliding_window."""
+    head_dim = get("attention.key_length", low=2, high=2**16)
+    softcap = get("final_logit_softcapping", "float32", default=0.0)
+    if softcap:
+        raise WeightsError(f"gemma3.final_logit_softcapping {softcap}: logit soft-capping is "
+                           "not supported")
+    window = get("attention.sliding_window", default=None, low=1, high=MAX_CONTEXT_LENGTH)
+    return dict(head_dim=head_dim, embed_scale=True, qk_norm=True, post_norms=True,
+                activation="gelu_tanh",
+                query_pre_attn_scalar=float(d_model // n_heads if n_layers == 62 else head_dim),
+                sliding_window=window, sliding_window_pattern=GEMMA3_PATTERN,
+                rope_local_theta=None if window is None else GEMMA3_LOCAL_ROPE_BASE)
 
 
 def blocks_in(gguf: GGUFFile) -> int:
@@ -178,6 +213,11 @@ def gguf_shapes(cfg: ModelConfig) -> dict:
         if cfg.bias:
             shapes.update({blk + "attn_q.bias": (q_rows,), blk + "attn_k.bias": (kv_rows,),
                            blk + "attn_v.bias": (kv_rows,)})
+        if cfg.qk_norm:
+            shapes.update({blk + "attn_q_norm.weight": (d,), blk + "attn_k_norm.weight": (d,)})
+        if cfg.post_norms:
+            shapes.update({blk + "post_attention_norm.weight": (D,),
+                           blk + "post_ffw_norm.weight": (D,)})
     return shapes
 
 
