@@ -23,6 +23,8 @@ RMSNorm gains as 1 + w (Gemma multiplies by 1 + w), which is minillm's gain as i
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..config import MAX_CONTEXT_LENGTH, ModelConfig
@@ -81,18 +83,37 @@ def model_from_gguf(source, dtype="float32", tokenizer=True):
         arch = architecture(gguf)
         config = config_from_gguf(gguf)
         check_tensors(gguf, config)
-        tok = None
+        # The tokenizer goes in as the .npz stores it: what load would refuse is refused here
+        # (and only its text is held meanwhile: a 262,144-token vocabulary is large).
+        tok_json = tok_config_json = None
         if tokenizer and "tokenizer.ggml.model" in gguf.metadata:
             tok = Tokenizer.from_gguf(gguf.metadata)
+            tok_json, tok_config_json = tok.to_json(), tok.config.to_json()
+            del tok
         naming = Naming(GGUF_NAMES, interleaved_rope=ARCHITECTURES[arch])
-        state_dict = {name: tensor.numpy() for name, tensor in gguf.tensors.items()}
-        # The tokenizer goes in as the .npz stores it: what load would refuse is refused here.
-        return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
-                               tokenizer_json=None if tok is None else tok.to_json(),
-                               tokenizer_config_json=None if tok is None else
-                               tok.config.to_json())
+        return from_state_dict(Dequantized(gguf.tensors), config, naming=naming, dtype=dtype,
+                               tokenizer_json=tok_json, tokenizer_config_json=tok_config_json)
     except ValueError as e:  # WeightsError included: one line, naming the file
         raise WeightsError(f"{gguf.path}: {e}") from None
+
+
+class Dequantized(Mapping):
+    """The file's tensors by name, each dequantized to float32 when it is read and not kept
+    here: a conversion holds the arrays of the model it builds, plus the one being decoded
+    (and a block's q, k, v or gate, up until they are fused), never the file's whole float32
+    copy beside them."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def __getitem__(self, name):
+        return self.tensors[name].numpy()
+
+    def __iter__(self):
+        return iter(self.tensors)
+
+    def __len__(self):
+        return len(self.tensors)
 
 
 def architecture(gguf: GGUFFile) -> str:
