@@ -1,4 +1,4 @@
-"""A minillm Model from a GGUF file of the Llama family (llama, mistral, qwen2) or Gemma 3.
+"""A minillm Model from a GGUF file of the Llama family (llama, mistral, qwen2), Gemma 3 or GPT-2.
 
     model = model_from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")    # float32, dequantized
 
@@ -20,6 +20,11 @@ sixth is local, with attention.sliding_window keys and RoPE base 10000 (the glob
 rope.freq_base); scores scaled by 1/sqrt(head size); embeddings by sqrt(d_model); q/k norms and
 post-sublayer norms; GeGLU with tanh-GELU; tied head. llama.cpp's converter stores Gemma's
 RMSNorm gains as 1 + w (Gemma multiplies by 1 + w), which is minillm's gain as it stands.
+
+GPT-2 (gpt2) is the classic architecture: llama.cpp's converter writes the fused q/k/v
+projection as one (3 D, D) matrix, the Conv1D weights transposed to (out, in), the learned
+positions as position_embd.weight, a bias on every linear layer and LayerNorm; llama.cpp runs
+its MLP with ggml_gelu, GELU's tanh form, which is also GPT-2's own ("gelu_new").
 """
 from __future__ import annotations
 
@@ -42,12 +47,22 @@ EPS_RANGE = (1e-12, 1.0)
 ROPE_BASE_RANGE = (1.0, 1e12)
 
 # Architectures read, and whether llama.cpp's converter permuted their q and k rows.
-ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False, "gemma3": False}
+ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False, "gemma3": False,
+                 "gpt2": False}
 # llama.cpp's Gemma 3: one global layer in six, local layers rotating with base 10000.
 GEMMA3_PATTERN, GEMMA3_LOCAL_ROPE_BASE = 6, 10000.0
 
 GGUF_NAMES = {
     "tok_emb.weight": "token_embd.weight",
+    "pos_emb.weight": "position_embd.weight",
+    "layers.{i}.attn_norm.bias": "blk.{i}.attn_norm.bias",
+    "layers.{i}.attn.qkv.weight": "blk.{i}.attn_qkv.weight",
+    "layers.{i}.attn.qkv.bias": "blk.{i}.attn_qkv.bias",
+    "layers.{i}.attn.out.bias": "blk.{i}.attn_output.bias",
+    "layers.{i}.mlp_norm.bias": "blk.{i}.ffn_norm.bias",
+    "layers.{i}.mlp.up.bias": "blk.{i}.ffn_up.bias",
+    "layers.{i}.mlp.down.bias": "blk.{i}.ffn_down.bias",
+    "final_norm.bias": "output_norm.bias",
     "layers.{i}.attn_norm.weight": "blk.{i}.attn_norm.weight",
     "layers.{i}.attn.q.weight": "blk.{i}.attn_q.weight",
     "layers.{i}.attn.k.weight": "blk.{i}.attn_k.weight",
@@ -160,6 +175,8 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     if get("embedding_length", low=1) != d_model:
         raise WeightsError(f"{arch}.embedding_length: found integer {get('embedding_length')}, "
                            f"expected {d_model}, the columns of token_embd.weight")
+    if arch == "gpt2":
+        return gpt2_config(gguf, get, vocab_size, d_model, n_layers)
     n_heads = get("attention.head_count", low=1, high=d_model)
     n_kv_heads = get("attention.head_count_kv", default=n_heads, low=1, high=n_heads)
     gemma = gemma3_options(get, d_model, n_heads, n_layers) if arch == "gemma3" else {}
@@ -194,6 +211,24 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     return config
 
 
+def gpt2_config(gguf, get, vocab_size, d_model, n_layers) -> ModelConfig:
+    """ModelConfig(arch="classic") of a gpt2 file: biases and LayerNorm shifts, GELU's tanh
+    form, learned positions; untied when the file has an output.weight (llama.cpp's converter
+    writes one, a copy of the embedding)."""
+    n_heads = get("attention.head_count", low=1, high=d_model)
+    if d_model % n_heads:
+        raise WeightsError(f"gpt2.attention.head_count {n_heads}: expected it to divide "
+                           f"embedding_length {d_model}")
+    return ModelConfig(
+        arch="classic", vocab_size=vocab_size,
+        context_length=get("context_length", low=1, high=MAX_CONTEXT_LENGTH),
+        d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+        d_ff=get("feed_forward_length", low=1),
+        norm_eps=shortest_float32(get("attention.layer_norm_epsilon", "float32",
+                                      low=EPS_RANGE[0], high=EPS_RANGE[1])),
+        tie_embeddings="output.weight" not in gguf.tensors, bias=True, activation="gelu_tanh")
+
+
 def gemma3_options(get, d_model, n_heads, n_layers) -> dict:
     """ModelConfig's Gemma options as llama.cpp sets them for a gemma3 file: the head size
     from attention.key_length; the scores scaled by 1/sqrt(head size), or by
@@ -224,6 +259,8 @@ def gguf_shapes(cfg: ModelConfig) -> dict:
     shapes = {"token_embd.weight": (V, D), "output_norm.weight": (D,)}
     if not cfg.tie_embeddings:
         shapes["output.weight"] = (V, D)
+    if cfg.arch == "classic":
+        return {**shapes, **gpt2_shapes(cfg)}
     for i in range(cfg.n_layers):
         blk = f"blk.{i}."
         shapes.update({blk + "attn_norm.weight": (D,), blk + "attn_q.weight": (q_rows, D),
@@ -239,6 +276,21 @@ def gguf_shapes(cfg: ModelConfig) -> dict:
         if cfg.post_norms:
             shapes.update({blk + "post_attention_norm.weight": (D,),
                            blk + "post_ffw_norm.weight": (D,)})
+    return shapes
+
+
+def gpt2_shapes(cfg: ModelConfig) -> dict:
+    """{GGUF tensor name: NumPy shape} of the positions and blocks of a gpt2 file."""
+    D, F = cfg.d_model, cfg.d_ff
+    shapes = {"position_embd.weight": (cfg.context_length, D), "output_norm.bias": (D,)}
+    for i in range(cfg.n_layers):
+        blk = f"blk.{i}."
+        for name, out_features, in_features in (("attn_qkv", 3 * D, D), ("attn_output", D, D),
+                                                ("ffn_up", F, D), ("ffn_down", D, F)):
+            shapes[blk + name + ".weight"] = (out_features, in_features)
+            shapes[blk + name + ".bias"] = (out_features,)
+        for norm in ("attn_norm", "ffn_norm"):
+            shapes[blk + norm + ".weight"] = shapes[blk + norm + ".bias"] = (D,)
     return shapes
 
 

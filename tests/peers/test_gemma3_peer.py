@@ -160,9 +160,21 @@ def test_the_config_is_read_as_llama_cpp_and_transformers_read_it(ours, theirs):
 
 
 @real_file
+def test_token_ids_are_transformers_ones_on_a_varied_text(ours):
+    """transformers builds its Gemma tokenizer from the same GGUF vocabulary."""
+    folder, name = os.path.split(GGUF_PATH)
+    theirs = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    for text in CORPUS + list(PROMPTS.values()):
+        expected = theirs(text)["input_ids"]
+        assert ours.tokenizer.encode(text, add_special_tokens=True) == expected, text
+
+
+@real_file
 def test_token_ids_are_llama_cpp_ones_on_a_varied_text(ours, llama):
-    for text in CORPUS + [PROMPTS["story, past the window"]]:
-        expected = llama.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    """Control tokens written in the text (<bos>, <start_of_turn>, ...) are matched whole, as
+    minillm and transformers match them: llama.cpp's special=True."""
+    for text in CORPUS + list(PROMPTS.values()):
+        expected = llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         assert ours.tokenizer.encode(text, add_special_tokens=True) == expected, text
 
 
