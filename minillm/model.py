@@ -42,7 +42,7 @@ class Model:
     config: ModelConfig
     params: dict
     tokenizer: object = None
-    _rope: tuple = field(init=False, repr=False)
+    _rope: dict = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
@@ -118,13 +118,14 @@ class Model:
             pad = check_pad(pad, B, T)
         positions, mask = positions_and_mask(B, T, start, pad)
         # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
-        seen = {False: (0, mask), True: None}
+        every_key = (0, mask)
         if cfg.sliding_window is not None:
-            seen[True] = sliding_window(mask, start, T, cfg.sliding_window)
+            window = sliding_window(mask, start, T, cfg.sliding_window)
 
         x = self._embed(tokens, positions)  # (B, T, D)
         for layer in range(cfg.n_layers):
-            x = self._block(x, layer, positions, seen[cfg.is_local(layer)], cache)
+            seen = window if cfg.is_local(layer) else every_key
+            x = self._block(x, layer, positions, seen, cache)
         if cache is not None:
             cache.advance(T)
         if last is not None:
@@ -168,7 +169,7 @@ class Model:
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
         first, mask = seen  # a local layer reads only the keys of its window
-        scale = cfg.query_pre_attn_scalar and cfg.query_pre_attn_scalar ** -0.5
+        scale = None if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar ** -0.5
         out = attention(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))

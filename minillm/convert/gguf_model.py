@@ -205,9 +205,9 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     )
     for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
         if get(key, default=config.head_dim) != config.head_dim:
+            source = "attention.key_length" if gemma else "embedding_length / head_count"
             raise WeightsError(f"{arch}.{key} is {get(key)}, but minillm needs the head size "
-                               f"{'attention.key_length' if gemma else 'embedding_length / head_count'}"
-                               f" = {config.head_dim}")
+                               f"{source} = {config.head_dim}")
     return config
 
 

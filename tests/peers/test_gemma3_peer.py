@@ -115,7 +115,8 @@ def test_a_random_gemma3_greedy_text_is_transformers_one():
 def long_text(n):
     """A text of n numbered sentences (about 12 tokens each)."""
     colours = ["red", "green", "blue", "yellow", "white", "black", "orange"]
-    return " ".join(f"Box {i} is {colours[i % 7]} and holds {i * 7 % 13} stones." for i in range(n))
+    return " ".join(f"Box {i} is {colours[i % 7]} and holds {i * 7 % 13} stones."
+                    for i in range(n))
 
 
 PROMPTS = {
