@@ -112,9 +112,12 @@ def timed(tokens, n):
 def conversion_peak_mib(gguf) -> float:
     """Peak resident memory (MiB) of a process that converts the GGUF file with
     minillm.convert.model_from_gguf."""
-    code = ("import resource; from minillm.convert import model_from_gguf; "
+    # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over from the parent
+    # across fork and exec, and the parent holds three models.
+    code = ("from minillm.convert import model_from_gguf; "
             f"model_from_gguf({str(gguf)!r}); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+            "print(next(int(line.split()[1]) for line in open('/proc/self/status') "
+            "if line.startswith('VmHWM')) / 1024)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     return float(out.stdout.strip().splitlines()[-1])
