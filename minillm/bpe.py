@@ -53,7 +53,7 @@ def merge_ranks(merges):
 
 
 def merge_word(symbols, ranks):
-    """The symbols left when the lowest-ranked adjacent pair is joined until none is in ``ranks``."""
+    """The symbols left after joining the lowest-ranked adjacent pair until none is ranked."""
     never = len(ranks)
     while len(symbols) > 1:
         pair_ranks = list(map(ranks.get, zip(symbols, symbols[1:]), repeat(never)))

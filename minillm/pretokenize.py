@@ -16,7 +16,7 @@ llama.cpp's "default" rules, which are not GPT-2's: runs of punctuation first, t
 regex, then runs of numbers, then ASCII digits in threes.
 
 Python's ``re`` has no ``\\p{...}`` classes, so each is written out from the Unicode database
-(``unicode_classes``): L (letters: exactly ``str.isalpha``), N, P, M, S by general category,
+(``class_body``): L (letters: exactly ``str.isalpha``), N, P, M, S by general category,
 and ``\\s`` the Unicode White_Space property, as in llama.cpp's tables and the Rust library's
 regex engine (Python's ``\\s`` would also take U+001C..U+001F). llama.cpp runs the regexes that
 are not GPT-2's or Llama 3's on a "collapsed" text, one byte per character standing for its
@@ -55,6 +55,9 @@ DEEPSEEK3 = (r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
              r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^" "\r\n"
              r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[" "\r\n" r"]*|\s*[" "\r\n"
              r"]+|\s+(?!\S)|\s+")
+# llama.cpp's forms of [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: a letter
+# that is not a-z, a letter that is not A-Z (after an optional non-letter, non-number).
+BEFORE, UPPER, LOWER = r"[^\r\n\p{L}\p{N}]?", r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"
 PORO = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
 
 
@@ -124,6 +127,27 @@ _RULES_BY_FAMILY = {
                           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
                          ignore_merges=True),
     ("laguna",): Rules(("[^\\n]+|[\\n]+", QWEN2)),
+    ("jais-2",): Rules((CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)"
+                        r"|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)"
+                        r"|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}",)),
+    ("exaone-moe",): Rules((CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+"
+                            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",)),
+    ("tekken",): Rules((BEFORE + UPPER + "*" + LOWER + "+|" + BEFORE + UPPER + "+" + LOWER
+                        + r"*|\p{N}"
+                        r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+                       ignore_merges=True, add_bos=True),
+    ("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"): Rules((
+        BEFORE + UPPER + "*" + LOWER + "+" + CONTRACTIONS + "?|" + BEFORE + UPPER + "+" + LOWER
+        + "*" + CONTRACTIONS + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)"
+        r"|\s+",)),
+    ("chameleon",): Rules(("<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+                           "([\\t\\n]|    |  )", r"\p{N}", r"[\p{P}!-/:-@\[-`{-~]", GPT2),
+                          add_bos=True),
+    ("spark2_5",): Rules((r"\p{N}{1,3}", DEEPSEEK3[1],
+                          r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^" "\r\n"
+                          r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[" "\r\n"
+                          r"]|\s+(?!\S)|\s+", r"\p{N}")),
 }
 
 # Every name, as llama.cpp spells it in `tokenizer.ggml.pre`.
@@ -140,22 +164,35 @@ def rules_named(name):
 
 # ---------------------------------------------------------------------- Unicode classes
 
+MAJOR_CATEGORIES = "LNPMS"
+
+
 @functools.lru_cache(maxsize=None)
-def unicode_categories():
-    """{major category letter: all characters of it} for L, N, P, M, S (one scan of Unicode)."""
-    every_char = "".join(map(chr, range(0x110000)))
-    by_major = {"L": "".join(filter(str.isalpha, every_char))}  # isalpha is exactly L*
-    rest = "".join(ch for ch in every_char if not ch.isalpha())
+def unicode_category(major, ascii_only=False):
+    """All characters of the general categories ``major``* (L, N, P, M or S), as a string.
+
+    A scan of the Unicode database, done once per category (a fraction of a second).
+    """
+    chars = "".join(map(chr, range(128 if ascii_only else 0x110000)))
+    if major == "L":
+        return "".join(filter(str.isalpha, chars))  # isalpha is exactly L*
+    if major == "N":  # every character of category N has a numeric value
+        chars = "".join(filter(str.isnumeric, chars))
+    else:  # P, M and S are printable, neither letters nor numbers (a quick first cut)
+        chars = "".join(ch for ch in filter(str.isprintable, chars)
+                        if not ch.isalpha() and not ch.isnumeric())
     category = unicodedata.category
-    for major in "NPMS":
-        by_major[major] = "".join(ch for ch in rest if category(ch)[0] == major)
-    return by_major
+    return "".join(ch for ch in chars if category(ch)[0] == major)
+
+
+def unicode_categories():
+    """{major category letter: all characters of it} for L, N, P, M, S."""
+    return {major: unicode_category(major) for major in MAJOR_CATEGORIES}
 
 
 def unicode_letters_and_numbers():
     """All characters of the categories L* (letters) and N* (numbers), as two strings."""
-    categories = unicode_categories()
-    return categories["L"], categories["N"]
+    return unicode_category("L"), unicode_category("N")
 
 
 def _class_body(chars):
@@ -173,35 +210,35 @@ def _class_body(chars):
 
 
 @functools.lru_cache(maxsize=None)
-def unicode_classes(ascii_only=False):
-    """{"\\p{L}": body, ..., "\\s": body}: the class bodies, for all of Unicode or ASCII only."""
-    if ascii_only:
-        chars = "".join(map(chr, range(128)))
-        sets = {"L": "".join(filter(str.isalpha, chars))}
-        for major in "NPMS":
-            sets[major] = "".join(c for c in chars if unicodedata.category(c)[0] == major)
-        spaces = WHITE_SPACE[:6]
-    else:
-        sets, spaces = unicode_categories(), WHITE_SPACE
-    classes = {f"\\p{{{major}}}": _class_body(chars) for major, chars in sets.items()}
-    classes[r"\s"] = _class_body(spaces)
-    return classes
+def class_body(name, ascii_only=False):
+    """The body of the class ``\\p{X}`` (X a major category) or ``\\s``, for all of Unicode or
+    ASCII only; None for another name."""
+    if name == r"\s":
+        return _class_body(WHITE_SPACE[:6] if ascii_only else WHITE_SPACE)
+    major = name[3:-1] if name.startswith(r"\p{") else None
+    if major is None or len(major) != 1 or major not in MAJOR_CATEGORIES:
+        return None
+    return _class_body(unicode_category(major, ascii_only))
 
 
 def to_python_regex(regex, classes):
     """A regex of llama.cpp or the Rust library rewritten for Python's ``re``.
 
-    ``\\p{X}`` and ``\\s`` become the classes of ``classes`` (inside ``[...]``, their bodies),
-    ``\\S`` becomes ``[^spaces]`` and ``$`` the end of the text ``\\Z``. Anything else these
+    ``\\p{X}`` and ``\\s`` become the classes ``classes(name)`` gives (inside ``[...]``, their
+    bodies), ``\\S`` becomes ``[^spaces]``, ``$`` the end of the text ``\\Z``, and a capturing
+    group a plain one (``re.split`` would return what groups capture). Anything else these
     regexes use (``(?i:...)``, ``(?!...)``, ``{1,3}``, escapes) means the same in both dialects;
     another ``\\p{...}`` class is refused.
     """
-    out, in_class, spaces = [], False, classes[r"\s"]
-    for piece in re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL):
+    out, in_class, spaces = [], False, classes(r"\s")
+    pieces = re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL)
+    for i, piece in enumerate(pieces):
         if piece.startswith(r"\p{"):
-            if piece not in classes:
+            body = classes(piece)
+            if body is None:
                 raise ValueError(f"regex {regex!r}: the class {piece} is not supported")
-            out.append(classes[piece] if in_class else f"[{classes[piece]}]")
+            # An empty class (no ASCII mark) matches nothing: "[]" would not parse.
+            out.append(body if in_class else f"[{body}]" if body else "(?!)")
         elif piece == r"\s":
             out.append(spaces if in_class else f"[{spaces}]")
         elif piece == r"\S":
@@ -210,6 +247,8 @@ def to_python_regex(regex, classes):
             out.append(f"[^{spaces}]")
         elif piece == "$" and not in_class:
             out.append(r"\Z")
+        elif piece == "(" and not in_class and pieces[i + 1:i + 2] != ["?"]:
+            out.append("(?:")
         else:
             if piece == "[" and not in_class:
                 in_class = True
@@ -226,7 +265,8 @@ def split_pattern(regex, ascii_only=False):
     The ASCII pattern gives the same words as the full one on ASCII text, and only there.
     The whole regex is one capturing group, so that ``split`` keeps the matches.
     """
-    return re.compile("(" + to_python_regex(regex, unicode_classes(ascii_only)) + ")")
+    classes = functools.partial(class_body, ascii_only=ascii_only)
+    return re.compile("(" + to_python_regex(regex, classes) + ")")
 
 
 def check_rules(rules):

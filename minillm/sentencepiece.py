@@ -18,9 +18,27 @@ UTF-8 bytes, each the token ``<0xNN>`` (byte fallback); without byte tokens it i
 Decoding turns ``▁`` back into spaces, byte tokens into their bytes, and drops the one space the
 prefix added.
 """
+from dataclasses import dataclass
 import heapq
 
 SPACE = "\u2581"  # ▁
+
+
+@dataclass(frozen=True)
+class SentencePiece:
+    """How a SentencePiece vocabulary merges: by ``scores`` (one per id; llama.cpp) or, when
+    None, by the merge ranks (the Rust library); ``space_prefix``: "every" piece between added
+    tokens gets a leading ``▁``, only the "first" (the text's start), or "none";
+    ``prefix_before_space``: a piece that already starts with a space gets one more (llama.cpp,
+    the Prepend normalizer) or not (the Metaspace pre-tokenizer); ``split_words``: merge each
+    ``▁``-word apart (Metaspace's split); ``byte_fallback``: write unknown characters as
+    ``<0xNN>`` tokens; ``strip_space``: decoding drops one leading space."""
+    scores: tuple | None = None
+    space_prefix: str = "every"
+    prefix_before_space: bool = True
+    split_words: bool = False
+    byte_fallback: bool = True
+    strip_space: bool = True
 
 
 def escape_spaces(text, add_space_prefix):
@@ -66,6 +84,27 @@ def merge_by_priority(symbols, priority):
         push(preceding[left])
         push(left)
     return [s for s in symbols if s is not None]
+
+
+def joinable_pairs(vocab):
+    """Every two characters that stand side by side inside some token, or None when a token
+    longer than a byte token starts like one (then a byte token might join a neighbour)."""
+    if any(token.startswith("<0x") and len(token) > 6 for token in vocab):
+        return None
+    return {token[i:i + 2] for token in vocab for i in range(len(token) - 1)}
+
+
+def independent_parts(text, pairs):
+    """``text`` cut between every two characters that no token holds side by side.
+
+    A join makes a token holding the two characters at its seam, so no join ever crosses such
+    a cut: merging each part alone gives the same pieces as merging the whole text (and the
+    parts, mostly words, can be cached). ``pairs``: ``joinable_pairs``; None: no cut.
+    """
+    if pairs is None:
+        return [text]
+    cuts = [i for i in range(1, len(text)) if text[i - 1:i + 1] not in pairs]
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
 
 
 def by_score(vocab, scores):

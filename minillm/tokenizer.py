@@ -28,14 +28,16 @@ whether a plain prompt starts with BOS and ends with EOS, and the chat template.
 """
 
 import codecs
-from dataclasses import asdict, dataclass, replace
-import json
+from dataclasses import replace
 import re
 
-from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401
+from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401 (re-exported)
 from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
-from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, initial_symbols,
-                            merge_by_priority, piece_bytes, pieces_to_ids)
+from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
+                            initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
+                            pieces_to_ids)
+from .tokenizer_config import TokenizerConfig
+from .tokenizer_files import from_gguf_metadata, from_tokenizer_json, to_tokenizer_json
 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 # Tokens that end a turn (llama.cpp's end-of-generation texts): a reply stops at each one the
@@ -46,112 +48,20 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end
                       "<\uff5cend\u2581of\u2581sentence\uff5c>")
 
 
-# ---------------------------------------------------------------------- tokenizer_config.json
-
-@dataclass(frozen=True)
-class TokenizerConfig:
-    """What Hugging Face keeps in ``tokenizer_config.json`` beside ``tokenizer.json``.
-
-    Tokens are named by their text. ``add_bos_token`` / ``add_eos_token``: whether a plain
-    prompt starts with BOS / ends with EOS (None: the tokenizer file decides; a chat template
-    writes its own); ``chat_template``: Jinja text, or None; ``pre_tokenizer``: llama.cpp's
-    name of the pre-tokenizer of a tokenizer read from GGUF (not a Hugging Face key: it keeps
-    llama.cpp's rules when the tokenizer is written as tokenizer.json).
-    """
-    bos_token: str | None = None
-    eos_token: str | None = None
-    pad_token: str | None = None
-    unk_token: str | None = None
-    add_bos_token: bool | None = None
-    chat_template: str | None = None
-    add_eos_token: bool | None = None
-    pre_tokenizer: str | None = None
-
-    @classmethod
-    def from_dict(cls, data):
-        """From a tokenizer_config.json object; keys this class has no field for are ignored.
-
-        A token may be its text or ``{"content": text, ...}``; a list of named chat templates
-        gives the one named "default".
-        """
-        values = {}
-        for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
-            token = data.get(name)
-            if isinstance(token, dict):
-                token = token.get("content")
-            if token is not None and not isinstance(token, str):
-                raise ValueError(f"tokenizer config: {name} must be a string, got {token!r}")
-            values[name] = token
-        for name in ("add_bos_token", "add_eos_token"):
-            flag = data.get(name)
-            if flag is not None and not isinstance(flag, bool):
-                raise ValueError(f"tokenizer config: {name} must be true or false, got {flag!r}")
-            values[name] = flag
-        values["chat_template"] = _default_chat_template(data.get("chat_template"))
-        pre_tokenizer = data.get("pre_tokenizer")
-        if pre_tokenizer is not None and not isinstance(pre_tokenizer, str):
-            raise ValueError(f"tokenizer config: pre_tokenizer must be a string, got "
-                             f"{pre_tokenizer!r}")
-        values["pre_tokenizer"] = pre_tokenizer
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text):
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("tokenizer config: expected a JSON object")
-        return cls.from_dict(data)
-
-    def to_json(self):
-        """A JSON object with this class's fields, as in tokenizer_config.json."""
-        return json.dumps(asdict(self), ensure_ascii=False)
-
-
-def _default_chat_template(template):
-    """The chat template text: a string, or the "default" of a list of named templates."""
-    if isinstance(template, list):
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        if "default" not in named:
-            raise ValueError(f"tokenizer config: no chat template named 'default' among "
-                             f"{sorted(map(str, named))}")
-        template = named["default"]
-    if template is not None and not isinstance(template, str):
-        raise ValueError(f"tokenizer config: chat_template must be a string, got "
-                         f"{type(template).__name__}")
-    return template
-
-
 # ---------------------------------------------------------------------- the tokenizer
-
-@dataclass(frozen=True)
-class SentencePiece:
-    """How a SentencePiece vocabulary merges: by ``scores`` (one per id; llama.cpp) or, when
-    None, by the merge ranks (the Rust library); ``space_prefix``: "every" piece between added
-    tokens gets a leading ``▁``, only the "first" (the text's start), or "none";
-    ``prefix_before_space``: a piece that already starts with a space gets one more (llama.cpp,
-    the Prepend normalizer) or not (the Metaspace pre-tokenizer); ``split_words``: merge each
-    ``▁``-word apart (Metaspace's split); ``byte_fallback``: write unknown characters as
-    ``<0xNN>`` tokens; ``strip_space``: decoding drops one leading space."""
-    scores: tuple | None = None
-    space_prefix: str = "every"
-    prefix_before_space: bool = True
-    split_words: bool = False
-    byte_fallback: bool = True
-    strip_space: bool = True
-
 
 class Tokenizer:
     """A BPE tokenizer: ``encode(text) -> ids`` and ``decode(ids) -> text``."""
 
     def __init__(self, vocab, merges, added_tokens=(), add_prefix_space=False,
                  ignore_merges=False, source_json=None, pre_tokenizer="gpt-2", config=None,
-                 sentencepiece=None, add_bos=False, add_eos=False, byte_tokens=None):
+                 sentencepiece=None, byte_tokens=None):
         """``vocab``: {token: id}; ``merges``: list of pairs in rank order; ``added_tokens``:
         list of dicts with ``id``, ``content`` and ``special`` as in tokenizer.json;
         ``pre_tokenizer``: a llama.cpp name (``PRE_TOKENIZERS``) or ``Rules``, for byte-level
         BPE; ``sentencepiece``: a ``SentencePiece`` for a SentencePiece vocabulary instead;
-        ``config``: a ``TokenizerConfig``; ``add_bos``/``add_eos``: what the tokenizer file
-        says when the config does not; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``."""
+        ``config``: a ``TokenizerConfig``; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``
+        (by default, the tokens so named)."""
         self.vocab = dict(vocab)
         self.ranks = merge_ranks(merges)
         self.sentencepiece = sentencepiece
@@ -174,10 +84,11 @@ class Tokenizer:
         self.vocab.update(self.added_tokens)
         self.id_to_token = {i: token for token, i in self.vocab.items()}
         self.vocab_size = max(self.id_to_token) + 1 if self.id_to_token else 0
-        self.byte_tokens = set(byte_tokens if byte_tokens is not None else
-                               (i for t, i in self.vocab.items()
-                                if re.fullmatch(r"<0x[0-9A-F]{2}>", t))
-                               if sentencepiece is not None else ())
+        if sentencepiece is None:
+            byte_tokens = ()
+        elif byte_tokens is None:
+            byte_tokens = [i for t, i in self.vocab.items() if re.fullmatch(r"<0x[0-9A-F]{2}>", t)]
+        self.byte_tokens = set(byte_tokens)
         self.config = config if config is not None else TokenizerConfig()
         if self.pre_tokenizer is not None and self.config.pre_tokenizer != self.pre_tokenizer:
             self.config = replace(self.config, pre_tokenizer=self.pre_tokenizer)
@@ -188,7 +99,6 @@ class Tokenizer:
         if self.config.eos_token is None:  # no config: the first familiar end-of-text token
             self.eos_token_id = next((self.special_tokens[t] for t in EOS_CANDIDATES
                                       if t in self.special_tokens), None)
-        self._add_bos, self._add_eos = add_bos, add_eos
         if self.add_bos_token and self.bos_token_id is None:
             raise ValueError("tokenizer config: add_bos_token is true, but there is no bos_token")
         if self.add_eos_token and self.eos_token_id is None:
@@ -199,6 +109,7 @@ class Tokenizer:
                                if by_length else None)
         self._source_json = source_json
         self._cache = {}
+        self._joinable = False
 
     def _config_token_id(self, name):
         """The id of the config's token ``name`` (None if the config names none)."""
@@ -212,14 +123,12 @@ class Tokenizer:
     @property
     def add_bos_token(self):
         """Whether ``encode(text, add_special_tokens=True)`` starts with the BOS token."""
-        flag = self.config.add_bos_token
-        return self._add_bos if flag is None else flag
+        return bool(self.config.add_bos_token)
 
     @property
     def add_eos_token(self):
         """Whether ``encode(text, add_special_tokens=True)`` ends with the EOS token."""
-        flag = self.config.add_eos_token
-        return self._add_eos if flag is None else flag
+        return bool(self.config.add_eos_token)
 
     @property
     def chat_template(self):
@@ -244,21 +153,18 @@ class Tokenizer:
     def from_json(cls, text, config=None):
         """From the text of a Hugging Face ``tokenizer.json`` and, optionally, a
         ``TokenizerConfig``; see ``minillm.tokenizer_files.from_tokenizer_json``."""
-        from .tokenizer_files import from_tokenizer_json
         return from_tokenizer_json(cls, text, config)
 
     @classmethod
     def from_gguf(cls, metadata):
         """From a GGUF file's metadata ({key: value}); see
         ``minillm.tokenizer_files.from_gguf_metadata``."""
-        from .tokenizer_files import from_gguf_metadata
         return from_gguf_metadata(cls, metadata)
 
     def to_json(self):
         """The tokenizer.json text: the original text when read with ``from_json``."""
         if self._source_json is not None:
             return self._source_json
-        from .tokenizer_files import to_tokenizer_json
         return to_tokenizer_json(self)
 
     def __len__(self):
@@ -317,8 +223,10 @@ class Tokenizer:
                   and (sp.prefix_before_space or not text.startswith(" ")))
         text = escape_spaces(text, prefix)
         words = re.findall(f"[^{SPACE}]+|{SPACE}[^{SPACE}]*", text) if sp.split_words else [text]
+        if self._joinable is False:  # computed on first use
+            self._joinable = joinable_pairs(self.vocab)
         ids = []
-        for word in words:
+        for word in (part for w in words for part in independent_parts(w, self._joinable)):
             word_ids = self._cache.get(word)
             if word_ids is None:
                 if sp.scores is not None:  # llama.cpp: characters merged by score

@@ -12,17 +12,16 @@ merged by ``tokenizer.ggml.scores``). Missing keys take llama.cpp's defaults: BO
 ``<unk>`` 0 and ``add_bos_token`` true for SentencePiece; BOS = EOS = 11 for BPE, BOS added
 only for the rules that say so (Llama 3's); ``add_eos_token`` false; ``add_space_prefix`` true.
 Control, user-defined and unknown tokens are matched whole in the text, like the added tokens
-of tokenizer.json. Every GGUF key is read in ``_gguf_fields``.
+of tokenizer.json. Every GGUF key is read in ``_gguf_fields``, through the typed reader.
 """
 from dataclasses import replace
 import json
-import numbers
 
 from .bpe import byte_spelled
-from .pretokenize import (DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, PRE_TOKENIZERS, Rules,
-                          rules_named)
-from .sentencepiece import SPACE, merges_from_scores
-from .tokenizer import SentencePiece, TokenizerConfig
+from .errors import WeightsError
+from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
+from .sentencepiece import SPACE, SentencePiece, merges_from_scores
+from .tokenizer_config import TokenizerConfig
 
 # The GGUF token types (`tokenizer.ggml.token_type`, llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -196,54 +195,23 @@ def _config_from_post_processor(post, config):
 # ---------------------------------------------------------------------- GGUF
 
 def _gguf_fields(metadata):
-    """Every tokenizer key of a GGUF file's metadata, checked: {short name: value}.
+    """Every tokenizer key of a GGUF file's metadata, checked by the typed reader
+    (``gguf_metadata.tokenizer_metadata``: a wrong type or range is a WeightsError naming the
+    key): {short name: value} for the keys the file has."""
+    from .convert.gguf_metadata import tokenizer_metadata
 
-    Keys absent from the file are absent from the result; a value of the wrong type is a
-    ValueError naming its key.
-    """
-    integer, real, flag, text = "integer", "number", "boolean", "string"
-    kinds = {
-        "tokenizer.ggml.model": text, "tokenizer.ggml.pre": text,
-        "tokenizer.ggml.tokens": [text], "tokenizer.ggml.token_type": [integer],
-        "tokenizer.ggml.scores": [real], "tokenizer.ggml.merges": [text],
-        "tokenizer.ggml.bos_token_id": integer, "tokenizer.ggml.eos_token_id": integer,
-        "tokenizer.ggml.unknown_token_id": integer, "tokenizer.ggml.padding_token_id": integer,
-        "tokenizer.ggml.add_bos_token": flag, "tokenizer.ggml.add_eos_token": flag,
-        "tokenizer.ggml.add_space_prefix": flag, "tokenizer.chat_template": text,
-    }
-    checks = {integer: lambda v: isinstance(v, numbers.Integral) and not _is_bool(v),
-              real: lambda v: isinstance(v, numbers.Real) and not _is_bool(v),
-              flag: _is_bool, text: lambda v: isinstance(v, str)}
-    fields = {}
-    for key, kind in kinds.items():
-        if key not in metadata:
-            continue
-        value, array = metadata[key], isinstance(kind, list)
-        element = kind[0] if array else kind
-        if array and not isinstance(value, (list, tuple)):
-            raise ValueError(f"GGUF metadata: {key} must be an array of {element}s")
-        if not all(map(checks[element], value if array else [value])):
-            raise ValueError(f"GGUF metadata: {key} must be {'an array of ' if array else 'a '}"
-                             f"{element}{'s' if array else ''}")
-        convert = {integer: int, real: float, flag: bool, text: str}[element]
-        fields[key.rsplit(".", 1)[-1]] = ([convert(v) for v in value] if array
-                                          else convert(value))
-    return fields
-
-
-def _is_bool(value):
-    """True or False, as Python or NumPy writes them."""
-    return type(value).__name__ in ("bool", "bool_")
+    return {key.rsplit(".", 1)[-1]: value for key, value in tokenizer_metadata(metadata).items()
+            if value is not None}
 
 
 def from_gguf_metadata(cls, metadata):
-    """A ``cls`` (Tokenizer) from a GGUF file's metadata ({key: value}, as in the file); every
-    key is first checked by ``gguf_metadata.tokenizer_metadata`` (errors are WeightsError)."""
-    from .convert.gguf_metadata import tokenizer_metadata
-    from .errors import WeightsError
-    tokenizer_metadata(metadata)
+    """A ``cls`` (Tokenizer) from a GGUF file's metadata ({key: value}, as in the file).
+
+    What the file holds wrongly or what minillm cannot run is a WeightsError (a ValueError).
+    """
+    fields = _gguf_fields(metadata)
     try:
-        return _from_gguf_fields(cls, _gguf_fields(metadata))
+        return _from_gguf_fields(cls, fields)
     except WeightsError:
         raise
     except ValueError as e:  # what the tokenizer refuses: in the file's terms too
@@ -251,27 +219,19 @@ def from_gguf_metadata(cls, metadata):
 
 
 def _from_gguf_fields(cls, fields):
+    """The tokenizer of checked GGUF fields (``_gguf_fields``)."""
     kind = fields.get("model")
     if kind not in DEFAULT_IDS:
         raise ValueError(f"tokenizer.ggml.model {kind!r} is not supported; minillm reads "
                          "byte-level BPE ('gpt2') and SentencePiece ('llama')")
-    if "tokens" not in fields:
-        raise ValueError("GGUF metadata: no 'tokenizer.ggml.tokens'")
     tokens = fields["tokens"]
     types = fields.get("token_type", [NORMAL] * len(tokens))
-    if len(types) != len(tokens):
-        raise ValueError(f"GGUF metadata: {len(types)} token types for {len(tokens)} tokens")
 
     def token_named(key):
         """The text of the token at ``tokenizer.ggml.<key>_token_id`` (llama.cpp's default when
         absent), or None."""
         token_id = fields.get(f"{key}_token_id", DEFAULT_IDS[kind].get(key))
-        if token_id is None or (f"{key}_token_id" not in fields and token_id >= len(tokens)):
-            return None
-        if not 0 <= token_id < len(tokens):
-            raise ValueError(f"GGUF metadata: tokenizer.ggml.{key}_token_id {token_id} is not "
-                             f"a token id (the vocabulary has {len(tokens)})")
-        return tokens[token_id]
+        return None if token_id is None or token_id >= len(tokens) else tokens[token_id]
 
     vocab, added = {}, []
     for token_id, (token, token_type) in enumerate(zip(tokens, types)):
@@ -282,16 +242,14 @@ def _from_gguf_fields(cls, fields):
             vocab[byte_spelled(token) if kind == "gpt2" else token] = token_id
     if kind == "gpt2":
         if "merges" not in fields:
-            raise ValueError("GGUF metadata: no 'tokenizer.ggml.merges'")
+            raise ValueError("tokenizer.ggml.merges: missing, expected array of string")
         pre = fields.get("pre", "default")
         rules = rules_named(pre)
         add_bos = fields.get("add_bos_token", rules.add_bos)
-        build = dict(pre_tokenizer=pre, ignore_merges=rules.ignore_merges)
+        build = dict(pre_tokenizer=pre)
         merges = fields["merges"]
     else:
         scores = fields.get("scores", [0.0] * len(tokens))
-        if len(scores) != len(tokens):
-            raise ValueError(f"GGUF metadata: {len(scores)} scores for {len(tokens)} tokens")
         prefix = fields.get("add_space_prefix", True)
         build = dict(sentencepiece=SentencePiece(
             scores=tuple(scores), space_prefix="every" if prefix else "none",

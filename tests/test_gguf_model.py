@@ -13,12 +13,12 @@ import minillm
 from minillm.cli import main
 from minillm.convert import convert, interleaved_to_half, model_from_gguf
 from minillm.quantize import QuantizedWeight
-from minillm.weights import WeightsError
 from minillm.tokenizer import Tokenizer, same_tokens
-from tests.gguf_files import (ARRAY, BOOL, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
+from minillm.weights import WeightsError
+from tests.gguf_files import (ARRAY, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
                               gguf_bytes, gpt2_gguf_parts, llama_cpp_metadata,
-                              llama_cpp_tensors, model_gguf_bytes, tokenizer_entries,
-                              valid_files)
+                              llama_cpp_tensors, model_gguf_bytes, model_gguf_parts,
+                              tokenizer_entries, valid_files)
 from minillm.testing.strategies import model_configs
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24,
@@ -230,7 +230,7 @@ def with_entry(entries, key, value_type, value):
     return [e for e in entries if e[0] != key] + [(key, value_type, value)]
 
 
-def gguf_refusal(tmp_path, model, key, value_type, value, keep_tokenizer=True):
+def gguf_refusal(tmp_path, model, key, value_type, value):
     """The WeightsError of the model's GGUF file (with a tokenizer) with one entry changed."""
     entries = llama_cpp_metadata(model.config) + tokenizer_entries(model.config.vocab_size)
     entries = with_entry(entries, key, value_type, value)
@@ -243,10 +243,8 @@ def gguf_refusal(tmp_path, model, key, value_type, value, keep_tokenizer=True):
 
 
 def gguf_bytes_of(model, metadata):
-    from tests.gguf_files import F32, gguf_bytes
-
-    return gguf_bytes(metadata, [(name, w.shape, F32, w.tobytes())
-                                 for name, w in llama_cpp_tensors(model).items()])
+    """The model's float32 GGUF file with `metadata` for its own."""
+    return gguf_bytes(metadata, model_gguf_parts(model)[1])
 
 
 def test_a_file_with_a_tokenizer_converts_with_it(tmp_path):
@@ -288,7 +286,7 @@ WRONG_METADATA = [
      "tokenizer.ggml.add_bos_token: found integer 1, expected bool"),
     ("tokenizer.chat_template", UINT32, 7,
      "tokenizer.chat_template: found integer 7, expected string"),
-    ("tokenizer.ggml.pre", STRING, "no-such-rule", "tokenizer: pre-tokenizer 'no-such-rule'"),
+    ("tokenizer.ggml.pre", STRING, "kimi-k2", "tokenizer: pre-tokenizer 'kimi-k2'"),
     ("llama.block_count", UINT64, 10**7,
      "llama.block_count: found integer 10000000, expected 2, the number of blocks"),
     ("llama.context_length", UINT64, 2**24,
@@ -344,8 +342,6 @@ def test_tokenizer_metadata_gives_every_key_checked_and_none_for_the_missing():
 
 
 def test_the_tokenizer_reads_the_checked_metadata_and_refuses_in_the_same_terms():
-    from tests.gguf_files import gguf_bytes
-
     with tempfile.TemporaryDirectory() as folder:
         path = write(folder, gguf_bytes(tokenizer_entries()))
         metadata = minillm.convert.read_gguf(path).metadata

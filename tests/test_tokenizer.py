@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minillm.bpe import BYTE_TO_CHAR
-from minillm.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS, gpt2_split_pattern,
-                                 pre_tokenize, split_pattern, to_python_regex, unicode_categories,
+from minillm.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS,
+                                 gpt2_split_pattern, pre_tokenize, split_pattern,
+                                 to_python_regex, unicode_categories,
                                  unicode_letters_and_numbers)
 from minillm.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
 
@@ -292,7 +293,7 @@ def test_unknown_pre_tokenizer_is_refused_by_name():
 
 
 def test_python_regex_translation():
-    classes = {r"\p{L}": "A-Z", r"\p{N}": "0-9", r"\s": " "}
+    classes = {r"\p{L}": "A-Z", r"\p{N}": "0-9", r"\s": " "}.get
     assert to_python_regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\s+(?!\S)|\s+$", classes) == (
         r"[^\r\nA-Z0-9]?[A-Z]+|[ ]+(?![^ ])|[ ]+\Z")
     with pytest.raises(ValueError, match="Han"):
@@ -411,6 +412,7 @@ def test_from_gguf_add_bos_token():
     ({"token_type": "1 1"}, "token_type: found string"),
     ({"add_bos_token": 1}, "add_bos_token: found integer 1, expected bool"),
     ({"merges": [1, 2]}, r"merges\[0\]: found integer 1"),
+    ({"merges": ["ab"]}, r"merges\[0\]: found string 'ab'"),
 ])
 def test_from_gguf_refuses_what_it_cannot_read(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -470,3 +472,139 @@ def test_tokenizer_and_config_round_trip_through_the_weights_file(tmp_path):
     text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
     assert back.encode(text, add_special_tokens=True) == model.tokenizer.encode(
         text, add_special_tokens=True)
+
+
+def test_generation_prompt_starts_with_bos_when_the_file_asks():
+    from types import SimpleNamespace
+
+    from minillm.cli.generate import prompt_ids
+
+    for add_bos, first in ((True, [1]), (False, [])):
+        tok = Tokenizer.from_gguf(tiny_gguf_metadata(add_bos_token=add_bos))
+        model = SimpleNamespace(tokenizer=tok, config=SimpleNamespace(vocab_size=len(tok)))
+        args = SimpleNamespace(text="ab", prompt=None, prompt_ids=None)
+        assert prompt_ids(args, model) == first + [260]
+
+
+def test_llama_cpp_defaults_when_the_gguf_file_is_silent():
+    metadata = tiny_gguf_metadata(pre="llama-bpe")
+    for key in ("add_bos_token", "bos_token_id", "eos_token_id", "padding_token_id",
+                "unknown_token_id"):
+        del metadata[f"tokenizer.ggml.{key}"]
+    tok = Tokenizer.from_gguf(metadata)
+    # Llama 3's rules add BOS; a BPE file's BOS and EOS default to id 11 (llama.cpp's).
+    assert tok.add_bos_token and not tok.add_eos_token
+    assert tok.bos_token_id == tok.eos_token_id == 11 and tok.unk_token_id is None
+    assert tok.encode("ab", add_special_tokens=True) == [11, 260]
+    del metadata["tokenizer.ggml.pre"]  # no name: llama.cpp's "default" rules, no BOS
+    assert not Tokenizer.from_gguf(metadata).add_bos_token
+    eos = Tokenizer.from_gguf(tiny_gguf_metadata(add_eos_token=True))
+    assert eos.encode("ab", add_special_tokens=True) == [260, 2]
+
+
+# ---------------------------------------------------------------------- SentencePiece
+
+def tiny_spm_metadata(**changes):
+    """A SentencePiece vocabulary in GGUF form: <unk>, <s>, </s>, the 256 byte tokens, then
+    pieces with scores (higher merges first)."""
+    pieces = {"\u2581": -1.0, "a": -2.0, "b": -2.5, "c": -3.0, "\u2581a": -1.5, "ab": -0.5,
+              "\u2581ab": -0.2, "abc": -0.1, "\u2581\u2581": -4.0}
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(pieces)
+    metadata = {
+        "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * 259 + list(pieces.values()),
+        "tokenizer.ggml.token_type": [2, 3, 3] + [6] * 256 + [1] * len(pieces),
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0}
+    metadata.update({f"tokenizer.ggml.{k}": v for k, v in changes.items()})
+    return metadata
+
+
+@pytest.fixture(scope="module")
+def spm():
+    return Tokenizer.from_gguf(tiny_spm_metadata())
+
+
+def piece(tok, text):
+    return tok.token_to_id(text)
+
+
+def test_sentencepiece_merges_by_score_with_space_prefix_and_byte_fallback(spm):
+    # "▁abc": ab (-0.5) joins before ▁a (-1.5); then abc (-0.1) beats ▁ab (-0.2).
+    assert spm.encode("abc") == [piece(spm, "\u2581"), piece(spm, "abc")]
+    assert spm.encode("abb") == [piece(spm, "\u2581ab"), piece(spm, "b")]
+    assert spm.encode("ab", add_special_tokens=True) == [1, piece(spm, "\u2581ab")]
+    # A character that is no piece becomes its UTF-8 bytes.
+    assert spm.encode("\u00e9") == [piece(spm, "\u2581"), 3 + 0xC3, 3 + 0xA9]
+    # Every piece after an added token gets its own prefix, as in llama.cpp.
+    assert spm.encode("a</s>a") == [piece(spm, "\u2581a"), 2, piece(spm, "\u2581a")]
+    assert spm.decode(spm.encode(" a b")) == " a b"  # one space of the prefix dropped
+    no_prefix = Tokenizer.from_gguf(tiny_spm_metadata(add_space_prefix=False))
+    assert no_prefix.encode("ab") == [piece(spm, "ab")] and no_prefix.decode([3 + 32]) == " "
+
+
+spm_texts = st.text(alphabet=st.sampled_from(list("abc \u00e9\u4e2d\U0001f600\n")), max_size=20)
+
+
+@SETTINGS
+@given(spm_texts)
+def test_sentencepiece_round_trip_and_stream(spm, text):
+    ids = spm.encode(text)
+    assert spm.decode(ids) == text
+    decoder = spm.stream_decoder()
+    assert "".join(decoder.push(i) for i in ids) + decoder.flush() == text
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 267), max_size=12))
+def test_sentencepiece_stream_equals_decode_for_any_ids(spm, ids):
+    # Byte tokens may cut a character anywhere; the stream holds it back until it is whole.
+    decoder = spm.stream_decoder()
+    assert "".join(decoder.push(i) for i in ids) + decoder.flush() == spm.decode(ids)
+
+
+@SETTINGS
+@given(spm_texts)
+def test_sentencepiece_tokenizer_json_reads_back_the_same(spm, text):
+    again = Tokenizer.from_json(spm.to_json(), spm.config)
+    assert again.sentencepiece.scores is None  # merged by rank now
+    assert again.encode(text, add_special_tokens=True) == spm.encode(text, add_special_tokens=True)
+
+
+def naive_merge(symbols, priority):
+    """The definition: join the best pair (leftmost among equals) until none has a priority."""
+    symbols = list(symbols)
+    while True:
+        keys = [(priority(a, b), i) for i, (a, b) in enumerate(zip(symbols, symbols[1:]))
+                if priority(a, b) is not None]
+        if not keys:
+            return symbols
+        _, i = min(keys)
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+
+
+@SETTINGS
+@given(st.text(alphabet="abc", max_size=16),
+       st.dictionaries(st.text(alphabet="abc", min_size=2, max_size=4), st.integers(0, 5)))
+def test_merge_by_priority_is_the_definition(text, scores):
+    from minillm.sentencepiece import merge_by_priority
+
+    def priority(left, right):
+        return scores.get(left + right)
+    assert merge_by_priority(text, priority) == naive_merge(text, priority)
+
+
+@SETTINGS
+@given(st.text(alphabet="ab\u2581<0x>", max_size=24),
+       st.dictionaries(st.text(alphabet="ab\u2581", min_size=1, max_size=4),
+                       st.floats(-5, 0, allow_nan=False), min_size=1))
+def test_merging_in_independent_parts_is_merging_the_whole(text, scored):
+    from minillm.sentencepiece import (by_score, independent_parts, joinable_pairs,
+                                       merge_by_priority)
+
+    vocab = {token: i for i, token in enumerate(scored)}
+    priority = by_score(vocab, list(scored.values()))
+    parts = independent_parts(text, joinable_pairs(vocab))
+    assert "".join(parts) == text
+    assert [p for part in parts for p in merge_by_priority(part, priority)] == (
+        merge_by_priority(text, priority))

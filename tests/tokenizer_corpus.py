@@ -9,8 +9,10 @@ CORPUS = [
     "for (int i = 0; i < 10; ++i) { x[i] += y->z; } // done\n\tif a!=b: pass  # ok\r\n",
     "In 2024, 1234567 people paid $3.50 (\u20ac3,20) each; x  42, y\t\t7.\n",
     " 3.14159 1e-10 0x1F 12,345,678 007 99999999999 \u0663\u0664\u0665 \u00bd \u2167 x\u00b2",
-    "I'VE SEEN it's, we'll, THEY'RE don't 'S 'Ll 'D x's \u00e9t\u00e9 na\u00efve \u0416\u0443\u043a",
-    "   spaces   before\n\n\n  and after   \r\n\t \x0b\x0c x\u00a0y \u2003 z \u3000w\u3001\u3000\u3002",
+    "I'VE SEEN it's, we'll, THEY'RE don't 'S 'Ll 'D x's \u00e9t\u00e9 na\u00efve "
+    "\u0416\u0443\u043a",
+    "   spaces   before\n\n\n  and after   \r\n\t \x0b\x0c x\u00a0y \u2003 z "
+    "\u3000w\u3001\u3000\u3002",
     "trailing spaces   ",
     "\n\n\n",
     "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e, "

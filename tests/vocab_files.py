@@ -47,10 +47,7 @@ def spm_metadata(model_path, **extra):
     proto = sentencepiece_model_pb2.ModelProto()
     with open(model_path, "rb") as f:
         proto.ParseFromString(f.read())
-    types = []
-    for i in range(sp.get_piece_size()):
-        kind = proto.pieces[i].type  # NORMAL=1 UNKNOWN=2 CONTROL=3 USER_DEFINED=4 BYTE=6 UNUSED=5
-        types.append(kind)
+    types = [piece.type for piece in proto.pieces]  # numbered as llama.cpp's token types
     metadata = {"tokenizer.ggml.model": "llama",
                 "tokenizer.ggml.tokens": [sp.id_to_piece(i) for i in range(sp.get_piece_size())],
                 "tokenizer.ggml.scores": [sp.get_score(i) for i in range(sp.get_piece_size())],

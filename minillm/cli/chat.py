@@ -1,4 +1,4 @@
-"""Chat with a model whose tokenizer carries a ChatML chat template (SmolLM2, Qwen2, ...).
+"""Chat with a model whose tokenizer carries a chat template (any, with jinja2; ChatML without).
 
     minillm fetch smollm2-135m-instruct
     minillm chat --model_path ~/.cache/minillm/smollm2-135m-instruct.npz
@@ -7,7 +7,8 @@
 Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat. Each
 turn renders the whole conversation with the model's template, keeps the part of the KV cache
 that the new prompt still begins with, reads only the rest, and streams the reply until an end
-token (every end token the tokenizer names, <|im_end|> included) or --max_new_tokens.
+token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id|>,
+<end_of_turn>, ...) or --max_new_tokens. The prompt starts with BOS when the tokenizer asks.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ Each GGUF file here is written by the test from a vocabulary at hand (``vocab_fi
 * Mistral 7B v0.1's SentencePiece model from the ``mistral-common`` wheel (``llama``: scores,
   ``▁``, the space prefix, ``<0xNN>`` byte fallback, BOS).
 
-Needs llama-cpp-python (built as DEVELOPERS.md says) and the packages above (.ci/peers.sh
-installs them); each test skips and says why without its part.
+Needs llama-cpp-python (.ci/run builds it) and the packages above (.ci/peers.sh installs them);
+each test skips and says why without its part.
 """
 import importlib.util
 import pathlib
@@ -86,7 +86,8 @@ texts = st.one_of(st.text(alphabet=assigned, max_size=40), st.text(alphabet=tric
 
 @pytest.mark.parametrize("pre", ["default", "gpt-2", "llama-bpe", "qwen2", "qwen35",
                                  "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                 "poro-chat", "bailingmoe", "seed-coder"])
+                                 "poro-chat", "bailingmoe", "seed-coder", "tekken", "gpt-4o",
+                                 "chameleon", "exaone-moe", "jais-2"])
 def test_hypothesis_strings_token_for_token(tmp_path, shipped_json, pre):
     llm, ours = load_both(tmp_path, bpe_metadata(shipped_json, pre))
 
@@ -143,6 +144,18 @@ def test_sentencepiece_mistral_token_for_token(tmp_path, mistral_model):
         assert data == llm.detokenize(ids[1:], special=True)
         if "<" not in sample:  # no added token: the text comes back
             assert ours.decode(ids[1:]) == sample
+
+
+def test_sentencepiece_written_as_tokenizer_json(mistral_model):
+    # Merges ordered by score and Llama 2's Prepend/Replace normalizers: the Rust library reads
+    # minillm's tokenizer.json of the GGUF vocabulary to the same ids, and so does minillm.
+    hf_tokenizers = pytest.importorskip("tokenizers")
+    ours = Tokenizer.from_gguf(spm_metadata(mistral_model))
+    text = ours.to_json()
+    peer, again = hf_tokenizers.Tokenizer.from_str(text), Tokenizer.from_json(text, ours.config)
+    for sample in CORPUS:
+        ids = ours.encode(sample)
+        assert peer.encode(sample, add_special_tokens=False).ids == again.encode(sample) == ids
 
 
 def test_sentencepiece_hypothesis_strings_and_eos(tmp_path, mistral_model):
