@@ -158,7 +158,7 @@ def refusal(tmp_path, model, **changes):
 
 def test_refusals_name_the_problem(tmp_path):
     model = minillm.random_model(CFG, seed=6)
-    assert "general.architecture 'gpt2' is not supported" in refusal(tmp_path, model, arch="gpt2")
+    assert "general.architecture 'falcon' is not supported" in refusal(tmp_path, model, arch="falcon")
     assert "'phi3' is not supported" in refusal(tmp_path, model, arch="phi3")
     assert "RoPE scaling (yarn)" in refusal(
         tmp_path, model, extra_metadata=[("llama.rope.scaling.type", STRING, "yarn")])
