@@ -7,6 +7,10 @@ the order of float32 operations: the comparison with transformers is the tight o
 computes with the quantized blocks themselves (its matrix products quantize the activations to
 8 bits too), so its logits differ from any float32 model's by a few percent of their largest
 magnitude; against llama.cpp the tests compare token ids, and its logits only loosely.
+Measured (transformers 5.24, llama-cpp-python 0.3.36): the last-position logits of the
+64-token prompt are 1.7e-5 from transformers' (7.8e-7 of the largest, 21.3), 3.6e-2 of the
+largest from llama.cpp's. The module takes about 6 minutes on two busy cores, most of it
+transformers reading the file.
 """
 import os
 
@@ -193,7 +197,7 @@ def test_last_position_logits_of_64_tokens_agree_with_transformers(ours, theirs)
 @real_file
 def test_logits_are_near_llama_cpp_quantized_ones(ours, llama):
     """llama.cpp multiplies quantized blocks by 8-bit activations: a few percent apart
-    (measured: 3.7e-2 of the largest logit on 6 tokens); the same top token."""
+    (measured: 3.6e-2 of the largest logit on this prompt); the same top token."""
     ids = ours.tokenizer.encode(long_text(8), add_special_tokens=True)[:64]
     llama.reset()
     llama.eval(ids)
