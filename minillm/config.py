@@ -10,6 +10,9 @@ ARCHS = ("classic", "modern")
 # The longest context a config may declare: 2^20 positions, beyond any model minillm reads
 # (docs/FORMAT.md); a larger number is a damaged or hostile file, not a model.
 MAX_CONTEXT_LENGTH = 2**20
+# The fields of the options Gemma 3 adds to the modern architecture (and the head size).
+GEMMA_OPTIONS = ("head_dim", "embed_scale", "qk_norm", "post_norms", "query_pre_attn_scalar",
+                 "sliding_window", "sliding_window_pattern", "rope_local_theta")
 ACTIVATIONS = {"classic": ("gelu", "gelu_tanh"), "modern": ("silu", "gelu", "gelu_tanh")}
 
 
@@ -26,6 +29,20 @@ class ModelConfig:
         tie_embeddings  False (classic), True (modern)
         bias            True (classic: every linear and norm), False (modern: q/k/v only)
         activation      "gelu" (classic, exact erf), "silu" (modern, the gate of SwiGLU)
+        head_dim        d_model / n_heads
+
+    Options of the modern architecture that Gemma 3 uses (off by default: the Llama path; the
+    formulas are in model.py and docs/FORMAT.md):
+
+        embed_scale            x_0 = sqrt(d_model) * embed(tokens)
+        qk_norm                per-head RMSNorm of queries and keys, before RoPE
+        post_norms             a norm on each sublayer's output too: x += Norm(F(Norm(x)))
+        query_pre_attn_scalar  attention scores scaled by 1/sqrt(this) (None: 1/sqrt(head_dim))
+        sliding_window         local layers see only the keys of the last `sliding_window`
+                               positions (None: every layer is global)
+        sliding_window_pattern layer i is global when (i + 1) is a multiple of it, else local
+                               (Gemma 3: 6, five local layers then a global one)
+        rope_local_theta       the RoPE base of local layers (None: rope_theta)
     """
 
     arch: str
@@ -41,6 +58,14 @@ class ModelConfig:
     tie_embeddings: bool | None = None
     bias: bool | None = None
     activation: str | None = None
+    head_dim: int | None = None
+    embed_scale: bool = False
+    qk_norm: bool = False
+    post_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    sliding_window: int | None = None
+    sliding_window_pattern: int = 1
+    rope_local_theta: float | None = None
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -56,21 +81,35 @@ class ModelConfig:
             self.bias = classic
         if self.activation is None:
             self.activation = "gelu" if classic else "silu"
+        if self.head_dim is None and isinstance(self.d_model, int) and isinstance(
+                self.n_heads, int) and self.n_heads > 0:
+            self.head_dim = self.d_model // self.n_heads
         self.validate()
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def rope_base(self, layer: int) -> float | None:
+        """The RoPE base of `layer` (None for the classic architecture, which has no RoPE)."""
+        if self.arch == "classic":
+            return None
+        if self.is_local(layer) and self.rope_local_theta is not None:
+            return self.rope_local_theta
+        return self.rope_theta
+
+    def is_local(self, layer: int) -> bool:
+        """Whether `layer` attends to a sliding window of keys (else to every key)."""
+        return (self.sliding_window is not None
+                and (layer + 1) % self.sliding_window_pattern != 0)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field that is out of range."""
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads",
-                     "n_kv_heads", "d_ff"):
+                     "n_kv_heads", "d_ff", "head_dim", "sliding_window_pattern"):
+            _check_positive_int(name, getattr(self, name))
+        if self.sliding_window is not None:
+            _check_positive_int("sliding_window", self.sliding_window)
+        for name in ("norm_eps", "rope_theta", "query_pre_attn_scalar", "rope_local_theta"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-        for name in ("norm_eps", "rope_theta"):
-            value = getattr(self, name)
+            if value is None and name in ("query_pre_attn_scalar", "rope_local_theta"):
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: must be a positive number, got {value!r}")
             if not value <= sys.float_info.max:  # inf, or an int no float can hold
@@ -78,10 +117,13 @@ class ModelConfig:
         if self.context_length > MAX_CONTEXT_LENGTH:
             raise ValueError(f"context_length: at most {MAX_CONTEXT_LENGTH} (2^20), got "
                              f"{self.context_length}")
-        for name in ("tie_embeddings", "bias"):
+        for name in ("tie_embeddings", "bias", "embed_scale", "qk_norm", "post_norms"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be true or false, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads:
+        options = [name for name in GEMMA_OPTIONS if name in self.to_dict()]
+        if self.arch == "classic" and options:
+            raise ValueError(f"{options[0]}: an option of the modern architecture only")
+        if self.head_dim == self.d_model // self.n_heads and self.d_model % self.n_heads:
             raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads: n_heads={self.n_heads} is not divisible by "
@@ -90,14 +132,19 @@ class ModelConfig:
             raise ValueError("n_kv_heads: the classic architecture has no grouped-query "
                              f"attention, so it must equal n_heads={self.n_heads}")
         if self.arch == "modern" and self.head_dim % 2:
-            raise ValueError(f"d_model: rotary embeddings need an even head size, got "
-                             f"d_model / n_heads = {self.head_dim}")
+            raise ValueError(f"head_dim: rotary embeddings need an even head size, got "
+                             f"{self.head_dim}")
         if self.activation not in ACTIVATIONS[self.arch]:
             raise ValueError(f"activation: {self.activation!r} is not available for the "
                              f"{self.arch} architecture; expected one of {ACTIVATIONS[self.arch]}")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, but for Gemma's options at their defaults: a Llama config's JSON is
+        the same as before those options existed."""
+        data = dataclasses.asdict(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in GEMMA_OPTIONS}
+        defaults["head_dim"] = self.d_model // self.n_heads
+        return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -128,12 +175,14 @@ class ModelConfig:
         """Number of parameters (the tied output layer counted once)."""
         D, F, V, L = self.d_model, self.d_ff, self.vocab_size, self.n_layers
         qkv = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
+        attn_out = D * self.n_heads * self.head_dim
         if self.arch == "classic":
             b = int(self.bias)
             block = 2 * D * (1 + b) + qkv * D + qkv * b + D * D + D * b + 2 * D * F + F * b + D * b
             total = V * D + self.context_length * D + L * block + D * (1 + b)
         else:
-            block = 2 * D + qkv * D + qkv * int(self.bias) + D * D + 3 * D * F
+            block = (2 * D + qkv * D + qkv * int(self.bias) + attn_out + 3 * D * F
+                     + 2 * self.head_dim * self.qk_norm + 2 * D * self.post_norms)
             total = V * D + L * block + D
         return total + (0 if self.tie_embeddings else V * D)
 
@@ -163,14 +212,25 @@ def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         norm(p + "attn_norm")
         dense(p + "attn.qkv", qkv_rows, D, cfg.bias)
+        if cfg.qk_norm:  # one gain per head dimension, shared by the heads
+            shapes[p + "attn.q_norm.weight"] = shapes[p + "attn.k_norm.weight"] = (d,)
         dense(p + "attn.out", D, cfg.n_heads * d, linear_bias)
+        if cfg.post_norms:
+            norm(p + "attn_post_norm")
         norm(p + "mlp_norm")
         if classic:
             dense(p + "mlp.up", F, D, linear_bias)
         else:
             dense(p + "mlp.gate_up", 2 * F, D, False)
         dense(p + "mlp.down", D, F, linear_bias)
+        if cfg.post_norms:
+            norm(p + "mlp_post_norm")
     norm("final_norm")
     if not cfg.tie_embeddings:
         shapes["lm_head.weight"] = (V, D)
     return shapes
+
+
+def _check_positive_int(name, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: must be a positive integer, got {value!r}")

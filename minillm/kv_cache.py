@@ -9,6 +9,15 @@ The arrays hold room for some positions and, when a write would pass it, are rep
 arrays twice as long (at most `capacity`), the cached positions copied over: writing n tokens
 one at a time copies fewer than 2n positions in all, and nobody pays for a context they do not
 fill. A caller that knows how much it will write makes the room at once with `reserve(n)`.
+
+Local layers (a sliding window of W keys, Gemma 3) keep their keys in the same arrays, every
+position of the text, and the forward pass reads only the last W of them (minillm.masks). A
+ring buffer of W positions would hold less, but speculative decoding's rollback crosses the
+window's edge: the rejected tokens' keys would have overwritten older keys that the kept
+tokens still see, and truncating would need them back. With the plain arrays `truncate(n)` stays
+`length = n`, exact by construction, and local and global layers share one layout. The price is
+memory the local layers never read again: 2 x (local layers) x (KV heads) x (head size) numbers
+per token of text past the window, which a ring buffer would not hold.
 """
 from __future__ import annotations
 

@@ -146,10 +146,12 @@ def apply_rope(x, cos, sin):
     return out
 
 
-def attention(q, k, v, mask=None):
+def attention(q, k, v, mask=None, scale=None):
     """Scaled dot-product attention with grouped-query heads.
 
         Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
+
+    (scale: another factor than 1 / sqrt(d), such as Gemma's 1 / sqrt(query_pre_attn_scalar)).
 
     q: (B, H, T, d) queries; k, v: (B, K, S, d) keys and values; K divides H, and query head h
     reads key/value head h // (H / K).
@@ -161,7 +163,8 @@ def attention(q, k, v, mask=None):
     group = H // K
     # Put the `group` query heads that share a key head side by side: one matmul per key head.
     q = q.reshape(B, K, group * T, d)
-    scores = (q * (1.0 / math.sqrt(d))) @ k.swapaxes(-1, -2)  # (B, K, group*T, S)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scores = (q * scale) @ k.swapaxes(-1, -2)  # (B, K, group*T, S)
     if mask is not None:
         hidden = ~np.asarray(mask)  # small: (T, S) or (B, 1, 1, T, S)
         np.copyto(scores.reshape(B, K, group, T, S), -np.inf, where=hidden)

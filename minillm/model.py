@@ -3,16 +3,32 @@
     x_0   = embed(tokens) (+ learned positions, classic)
     x_l+1 = x_l + Attention(Norm(x_l));  x_l+1 += MLP(Norm(x_l+1))      for each layer
     logits = Norm(x_L) @ W_out.T
+
+Gemma 3's pieces are options of the modern block (ModelConfig), each in a small method that is
+the identity when off, so that the Llama path reads without them:
+
+    embed_scale            x_0 = sqrt(d_model) * embed(tokens)
+    post_norms             x += Norm_post(Attention(Norm(x)));  likewise for the MLP
+    qk_norm                q_h = RMSNorm(q_h) * g_q and k_h = RMSNorm(k_h) * g_k for each head
+                           h, before RoPE (g_q, g_k: head_dim gains shared by the heads)
+    activation="gelu_tanh" MLP(h) = W_down (gelu_tanh(W_gate h) * W_up h) (GeGLU)
+    query_pre_attn_scalar  scores = q . k / sqrt(query_pre_attn_scalar)
+    sliding_window W       a local layer's query at index i sees key j only if i - j < W
+                           (minillm.masks), and rotates by rope_local_theta
+(Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.)
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .config import ModelConfig, parameter_shapes
+from .inputs import check_cache, check_pad, check_tokens
 from .kv_cache import KVCache
 from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
+from .masks import positions_and_mask, sliding_window
 
 
 @dataclass(eq=False)
@@ -26,14 +42,14 @@ class Model:
     config: ModelConfig
     params: dict
     tokenizer: object = None
-    _rope: tuple = field(init=False, repr=False)
+    _rope: dict = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
-        self._rope = None
-        if cfg.arch == "modern":
-            cos, sin = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
-            self._rope = (cos[:, None], sin[:, None])  # (C, 1, d): broadcast over heads
+        self._rope = {}  # RoPE base -> (cos, sin), each (C, 1, d): broadcast over heads
+        for theta in {cfg.rope_base(layer) for layer in range(cfg.n_layers)} - {None}:
+            cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, self.dtype)
+            self._rope[theta] = (cos[:, None], sin[:, None])
 
     @property
     def dtype(self) -> np.dtype:
@@ -83,7 +99,7 @@ class Model:
         needs one row, and skipping the others saves most of the output layer's work.
         """
         cfg = self.config
-        tokens = self._check_tokens(tokens)
+        tokens = check_tokens(tokens, cfg.vocab_size)
         B, T = tokens.shape
         start = 0 if cache is None else cache.length
         if cache is None:
@@ -91,20 +107,25 @@ class Model:
                 raise ValueError(f"tokens: {T} tokens exceed the context length "
                                  f"{cfg.context_length}")
         else:
-            self._check_cache(cache, B, T)
+            check_cache(cache, (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype, T)
             if pad is not None and start:
                 raise ValueError("pad: padding can only be given at prefill (empty cache)")
             if pad is None:
                 pad = cache.pad
             else:
-                cache.pad = pad = self._check_pad(pad, B, T)
+                cache.pad = pad = check_pad(pad, B, T)
         if pad is not None and cache is None:
-            pad = self._check_pad(pad, B, T)
-        positions, mask = _positions_and_mask(B, T, start, pad)
+            pad = check_pad(pad, B, T)
+        positions, mask = positions_and_mask(B, T, start, pad)
+        # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
+        every_key = (0, mask)
+        if cfg.sliding_window is not None:
+            window = sliding_window(mask, start, T, cfg.sliding_window)
 
         x = self._embed(tokens, positions)  # (B, T, D)
         for layer in range(cfg.n_layers):
-            x = self._block(x, layer, positions, mask, cache)
+            seen = window if cfg.is_local(layer) else every_key
+            x = self._block(x, layer, positions, seen, cache)
         if cache is not None:
             cache.advance(T)
         if last is not None:
@@ -117,34 +138,39 @@ class Model:
         x = self.params["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
         if self.config.arch == "classic":
             x += self.params["pos_emb.weight"][positions]
+        if self.config.embed_scale:
+            x *= math.sqrt(self.config.d_model)
         return x
 
-    def _block(self, x, layer, positions, mask, cache):
+    def _block(self, x, layer, positions, seen, cache):
         """One pre-norm block: x += Attention(Norm(x)); x += MLP(Norm(x))."""
         name = f"layers.{layer}."
-        x += self._attention(self._norm(x, name + "attn_norm"), name, layer, positions, mask,
-                             cache)
-        x += self._mlp(self._norm(x, name + "mlp_norm"), name)
+        h = self._attention(self._norm(x, name + "attn_norm"), name, layer, positions, seen,
+                            cache)
+        x += self._post_norm(h, name + "attn_post_norm")
+        h = self._mlp(self._norm(x, name + "mlp_norm"), name)
+        x += self._post_norm(h, name + "mlp_post_norm")
         return x
 
-    def _attention(self, h, name, layer, positions, mask, cache):
+    def _attention(self, h, name, layer, positions, seen, cache):
         cfg, w = self.config, self.params
         B, T, _ = h.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = linear(h, w[name + "attn.qkv.weight"], w.get(name + "attn.qkv.bias"))
         qkv = qkv.reshape(B, T, H + 2 * K, d)
+        qk = self._qk_norm(qkv[:, :, :H + K], name)
         if cfg.arch == "modern":
             # Rotate queries and keys together: one call for the H + K heads.
-            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (.., T, 1, d)
-            qk = apply_rope(qkv[:, :, :H + K], cos, sin)
-        else:
-            qk = qkv[:, :, :H + K]
+            cos, sin = self._rope[cfg.rope_base(layer)]
+            qk = apply_rope(qk, cos[positions], sin[positions])  # tables (.., T, 1, d)
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
         k = qk[:, :, H:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
-        out = attention(q, k, v, mask)  # (B, H, T, d)
+        first, mask = seen  # a local layer reads only the keys of its window
+        scale = None if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar ** -0.5
+        out = attention(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
@@ -155,7 +181,8 @@ class Model:
             # MLP(h) = W_down act(W_up h + b_up) + b_down
             u = linear(h, w[name + "mlp.up.weight"], w.get(name + "mlp.up.bias"))
             return linear(act(u), w[name + "mlp.down.weight"], w.get(name + "mlp.down.bias"))
-        # SwiGLU(h) = W_down (silu(W_gate h) * (W_up h)), gate and up fused in one matmul
+        # SwiGLU(h) = W_down (silu(W_gate h) * (W_up h)), gate and up fused in one matmul;
+        # GeGLU (Gemma) with gelu_tanh for silu
         gate_up = linear(h, w[name + "mlp.gate_up.weight"])  # (B, T, 2F)
         gate, up = gate_up[..., :cfg.d_ff], gate_up[..., cfg.d_ff:]
         return linear(act(gate) * up, w[name + "mlp.down.weight"])
@@ -166,58 +193,21 @@ class Model:
             return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
         return rms_norm(x, p[name + ".weight"], eps)
 
-    # -- input checks ----------------------------------------------------------------------
+    # -- Gemma's options: the identity when off ---------------------------------------------
 
-    def _check_tokens(self, tokens) -> np.ndarray:
-        tokens = np.asarray(tokens)
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens: expected a (batch, length) array, got shape {tokens.shape}")
-        if tokens.shape[1] == 0:
-            raise ValueError("tokens: empty sequence")
-        if not np.issubdtype(tokens.dtype, np.integer):
-            raise ValueError(f"tokens: expected integer ids, got dtype {tokens.dtype}")
-        if tokens.min() < 0 or tokens.max() >= self.config.vocab_size:
-            raise ValueError(f"tokens: ids must be in [0, {self.config.vocab_size}), got "
-                             f"min {tokens.min()} and max {tokens.max()}")
-        return tokens
+    def _post_norm(self, h, name):
+        """Norm_post(h): the sublayer's output normed before it joins the residual."""
+        return self._norm(h, name) if self.config.post_norms else h
 
-    def _check_cache(self, cache: KVCache, B: int, T: int) -> None:
-        cfg = self.config
-        expected = (cfg.n_layers, B, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
-        if cache.shape != expected or cache.dtype != self.dtype:
-            raise ValueError(f"cache: its arrays {cache.shape} / {cache.dtype} do not fit this "
-                             f"model and batch (expected {expected} / {self.dtype})")
-        if cache.length + T > cache.capacity:
-            raise ValueError(f"cache: {T} new tokens do not fit ({cache.length} of "
-                             f"{cache.capacity} positions used); reset or slide the window")
-
-    @staticmethod
-    def _check_pad(pad, B, T) -> np.ndarray:
-        pad = np.asarray(pad, dtype=np.int64)
-        if pad.shape != (B,) or pad.min() < 0 or pad.max() >= T:
-            raise ValueError(f"pad: expected {B} counts in [0, {T}), got {pad.tolist()}")
-        return None if not pad.any() else pad
-
-
-def _positions_and_mask(B, T, start, pad):
-    """Positions of the new tokens and which keys each of them may see.
-
-    Token t of the new chunk sits at index start + t of its row; its position is that index
-    minus the row's padding. It sees key j when j <= start + t (causality) and j is not a
-    padding token. A padding query sees itself, so that no softmax row is empty.
-    Returns positions (a slice of T, or (B, T) indices) and a mask broadcastable to
-    (B, 1, 1, T, S), or None when every key is visible.
-    """
-    if pad is None and T == 1:  # decoding one token: it sees every key
-        return slice(start, start + 1), None
-    index = np.arange(start, start + T)  # (T,)
-    keys = np.arange(start + T)  # (S,)
-    causal = keys <= index[:, None]  # (T, S)
-    if pad is None:  # positions are the indices: a slice, so lookups are views, not copies
-        return slice(start, start + T), causal
-    positions = np.maximum(index - pad[:, None], 0)  # (B, T)
-    visible = causal & ((keys >= pad[:, None, None]) | (keys == index[:, None]))  # (B, T, S)
-    return positions, visible[:, None, None]
+    def _qk_norm(self, qk, name):
+        """RMSNorm of each query head (gain g_q) and key head (gain g_k) over its d values;
+        qk: (B, T, H + K, d), queries first."""
+        if not self.config.qk_norm:
+            return qk
+        H, eps, w = self.config.n_heads, self.config.norm_eps, self.params
+        return np.concatenate([rms_norm(qk[:, :, :H], w[name + "attn.q_norm.weight"], eps),
+                               rms_norm(qk[:, :, H:], w[name + "attn.k_norm.weight"], eps)],
+                              axis=2)
 
 
 def random_model(config: ModelConfig, seed: int = 0, dtype="float32",

@@ -177,3 +177,31 @@ def valid_file_parts() -> dict:
         "vocab-only": ([("general.architecture", STRING, "llama")] + tokenizer_entries(40),
                        []),
     }
+
+
+def gpt2_gguf_parts(model, output_copy=True):
+    """(metadata, tensors) for gguf_bytes of a classic minillm model, float32, as llama.cpp's
+    converter writes a GPT-2: the fused q/k/v, (out, in) matrices, biases, learned positions,
+    and (output_copy) an output.weight, a copy of the embedding when the model is tied."""
+    cfg, p = model.config, model.params
+    out = {"token_embd.weight": p["tok_emb.weight"], "position_embd.weight": p["pos_emb.weight"],
+           "output_norm.weight": p["final_norm.weight"], "output_norm.bias": p["final_norm.bias"]}
+    if output_copy or not cfg.tie_embeddings:
+        out["output.weight"] = p.get("lm_head.weight", p["tok_emb.weight"])
+    for i in range(cfg.n_layers):
+        src, dst = f"layers.{i}.", f"blk.{i}."
+        for ours, theirs in (("attn_norm", "attn_norm"), ("attn.qkv", "attn_qkv"),
+                             ("attn.out", "attn_output"), ("mlp_norm", "ffn_norm"),
+                             ("mlp.up", "ffn_up"), ("mlp.down", "ffn_down")):
+            for kind in ("weight", "bias"):
+                out[f"{dst}{theirs}.{kind}"] = p[f"{src}{ours}.{kind}"]
+    metadata = [("general.architecture", STRING, "gpt2"),
+                ("gpt2.block_count", UINT32, cfg.n_layers),
+                ("gpt2.context_length", UINT32, cfg.context_length),
+                ("gpt2.embedding_length", UINT32, cfg.d_model),
+                ("gpt2.feed_forward_length", UINT32, cfg.d_ff),
+                ("gpt2.attention.head_count", UINT32, cfg.n_heads),
+                ("gpt2.attention.layer_norm_epsilon", FLOAT32, cfg.norm_eps)]
+    tensors = [(name, w.shape, F32, np.ascontiguousarray(w, dtype=np.float32).tobytes())
+               for name, w in out.items()]
+    return metadata, tensors

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from minillm import ModelConfig
+from minillm.config import GEMMA_OPTIONS
 
 BASE = dict(arch="modern", vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4,
             n_kv_heads=2, d_ff=48)
@@ -43,3 +44,33 @@ def test_from_dict_rejects_unknown_and_missing_fields():
         ModelConfig.from_dict({k: v for k, v in BASE.items() if k != "vocab_size"})
     with pytest.raises(ValueError, match="not valid JSON"):
         ModelConfig.from_json("{")
+
+
+def test_gemma_options_round_trip_and_stay_out_of_a_llama_config():
+    llama = ModelConfig(arch="modern", vocab_size=10, context_length=8, d_model=8, n_layers=2,
+                        n_heads=2)
+    assert not set(GEMMA_OPTIONS) & set(llama.to_dict())
+    gemma = ModelConfig(arch="modern", vocab_size=10, context_length=8, d_model=8, n_layers=6,
+                        n_heads=2, n_kv_heads=1, head_dim=6, embed_scale=True, qk_norm=True,
+                        post_norms=True, query_pre_attn_scalar=6.0, sliding_window=3,
+                        sliding_window_pattern=6, rope_local_theta=100.0,
+                        activation="gelu_tanh")
+    assert ModelConfig.from_json(gemma.to_json()) == gemma
+    assert [gemma.is_local(i) for i in range(6)] == [True] * 5 + [False]
+    assert [gemma.rope_base(i) for i in (0, 5)] == [100.0, 10000.0]
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(arch="classic", qk_norm=True), "qk_norm: an option of the modern architecture"),
+    (dict(arch="classic", sliding_window=2), "sliding_window: an option of the modern"),
+    (dict(sliding_window=0), "sliding_window: must be a positive integer"),
+    (dict(sliding_window_pattern=0), "sliding_window_pattern: must be a positive integer"),
+    (dict(head_dim=3), "head_dim: rotary embeddings need an even head size"),
+    (dict(query_pre_attn_scalar=-1.0), "query_pre_attn_scalar: must be a positive number"),
+    (dict(rope_local_theta=float("inf")), "rope_local_theta: must be a finite float"),
+])
+def test_gemma_options_are_checked(changes, message):
+    fields = {**dict(arch="modern", vocab_size=10, context_length=8, d_model=8, n_layers=2,
+                     n_heads=2), **changes}
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**fields)

@@ -105,6 +105,20 @@ def test_every_type_decodes_bit_for_bit_as_gguf_does(ggml_type, seed, rows, bloc
     np.testing.assert_array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
+@pytest.mark.parametrize("ggml_type", sorted(GGML_TYPES), ids=lambda t: GGML_TYPES[t][0])
+def test_decoding_a_slice_of_blocks_at_a_time_changes_no_bit(ggml_type, monkeypatch):
+    """dequantize decodes DECODE_VALUES values at a time into the kept array; slices of one
+    and of two blocks (with a short last slice) give the bits of one slice for all."""
+    from minillm.convert import gguf_quants
+    _, block_values, _, _ = GGML_TYPES[ggml_type]
+    raw = random_raw(np.random.default_rng(7), ggml_type, 15)
+    whole = dequantize(raw, ggml_type, (3, 5 * block_values))
+    for blocks in (1, 2):
+        monkeypatch.setattr(gguf_quants, "DECODE_VALUES", blocks * block_values)
+        sliced = dequantize(raw, ggml_type, (3, 5 * block_values))
+        np.testing.assert_array_equal(sliced.view(np.uint32), whole.view(np.uint32))
+
+
 @pytest.mark.parametrize("name", ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
 def test_gguf_quantized_values_come_back(name):
     gguf = pytest.importorskip("gguf")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minillm
 from minillm.cli import main
@@ -15,8 +16,9 @@ from minillm.quantize import QuantizedWeight
 from minillm.tokenizer import Tokenizer, same_tokens
 from minillm.weights import WeightsError
 from tests.gguf_files import (ARRAY, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
-                              gguf_bytes, llama_cpp_metadata, llama_cpp_tensors,
-                              model_gguf_bytes, model_gguf_parts, tokenizer_entries, valid_files)
+                              gguf_bytes, gpt2_gguf_parts, llama_cpp_metadata,
+                              llama_cpp_tensors, model_gguf_bytes, model_gguf_parts,
+                              tokenizer_entries, valid_files)
 from minillm.testing.strategies import model_configs
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24,
@@ -51,7 +53,7 @@ def test_interleaved_to_half_undoes_llama_cpps_permute():
 
 
 @settings(max_examples=12)
-@given(cfg=model_configs(arch="modern", context_length=16))
+@given(cfg=model_configs(arch="modern", context_length=16, gemma=False))
 def test_a_llama_gguf_converts_to_the_same_model(cfg):
     """q and k rows permuted as llama.cpp permutes them come back; biases too (as in
     llama.cpp's converter); tied and untied output layers."""
@@ -64,13 +66,39 @@ def test_a_llama_gguf_converts_to_the_same_model(cfg):
 
 
 @settings(max_examples=12)
-@given(cfg=model_configs(arch="modern", context_length=16))
+@given(cfg=model_configs(arch="modern", context_length=16, gemma=False))
 def test_a_qwen2_gguf_is_not_permuted(cfg):
     cfg = dataclasses.replace(cfg, activation="silu")
     model = minillm.random_model(cfg, seed=2)
     data = model_gguf_bytes(model, arch="qwen2", permute=False)
     with tempfile.TemporaryDirectory() as folder:
         assert_same_model(model_from_gguf(write(folder, data)), model)
+
+
+@settings(max_examples=12)
+@given(cfg=model_configs(arch="classic", context_length=16), output_copy=st.booleans())
+def test_a_gpt2_gguf_converts_to_the_classic_model(cfg, output_copy):
+    """llama.cpp's GPT-2 layout: fused q/k/v, biases, learned positions, GELU's tanh form; an
+    output.weight (a copy of the embedding, as llama.cpp's converter writes) makes the model
+    untied with the same values, none makes it tied."""
+    cfg = dataclasses.replace(cfg, bias=True, activation="gelu_tanh", rope_theta=10000.0)
+    model = minillm.random_model(cfg, seed=5)
+    with tempfile.TemporaryDirectory() as folder:
+        converted = model_from_gguf(write(folder, gguf_bytes(*gpt2_gguf_parts(model,
+                                                                               output_copy))))
+    if cfg.tie_embeddings and output_copy:  # the same model, its output layer held apart
+        model = minillm.Model(dataclasses.replace(cfg, tie_embeddings=False),
+                              {**model.params, "lm_head.weight": model.params["tok_emb.weight"]})
+    assert_same_model(converted, model)
+
+
+def test_a_gpt2_gguf_missing_its_biases_is_refused(tmp_path):
+    cfg = minillm.ModelConfig(arch="classic", vocab_size=20, context_length=8, d_model=8,
+                              n_layers=1, n_heads=2, activation="gelu_tanh")
+    metadata, tensors = gpt2_gguf_parts(minillm.random_model(cfg))
+    tensors = [t for t in tensors if t[0] != "blk.0.ffn_up.bias"]
+    with pytest.raises(WeightsError, match="missing tensor.*blk.0.ffn_up.bias"):
+        model_from_gguf(write(tmp_path, gguf_bytes(metadata, tensors)))
 
 
 def test_mistral_is_permuted_like_llama(tmp_path):
@@ -130,7 +158,7 @@ def refusal(tmp_path, model, **changes):
 
 def test_refusals_name_the_problem(tmp_path):
     model = minillm.random_model(CFG, seed=6)
-    assert "general.architecture 'gpt2' is not supported" in refusal(tmp_path, model, arch="gpt2")
+    assert "general.architecture 'falcon' is not supported" in refusal(tmp_path, model, arch="falcon")
     assert "'phi3' is not supported" in refusal(tmp_path, model, arch="phi3")
     assert "RoPE scaling (yarn)" in refusal(
         tmp_path, model, extra_metadata=[("llama.rope.scaling.type", STRING, "yarn")])

@@ -104,6 +104,46 @@ def test_parameter_count_matches_config():
                 assert sum(p.size for p in model.params.values()) == cfg.n_params()
 
 
+def test_parameter_count_matches_config_with_gemma_options():
+    for qk_norm in (False, True):
+        for post_norms in (False, True):
+            cfg = minillm.ModelConfig(arch="modern", vocab_size=50, context_length=8, d_model=12,
+                                      n_layers=2, n_heads=2, n_kv_heads=1, head_dim=10,
+                                      qk_norm=qk_norm, post_norms=post_norms)
+            model = minillm.random_model(cfg)
+            assert sum(p.size for p in model.params.values()) == cfg.n_params()
+
+
+def window_config(**options):
+    return minillm.ModelConfig(arch="modern", vocab_size=30, context_length=32, d_model=8,
+                               n_layers=1, n_heads=2, n_kv_heads=1, **options)
+
+
+@pytest.mark.parametrize("window", [1, 3, 7])
+def test_a_local_layer_sees_exactly_its_window(window):
+    """One local layer of window W: the logits at index i depend on token j iff i - W < j <= i
+    (changing token 0 changes positions 0 .. W-1 and no later one)."""
+    model = minillm.random_model(window_config(sliding_window=window, sliding_window_pattern=2),
+                                 seed=3, dtype="float64", std=0.5)
+    tokens = np.arange(1, 17)[None] % 30
+    changed = tokens.copy()
+    changed[0, 0] = 0
+    moved = np.abs(model.forward(tokens) - model.forward(changed)).max(axis=-1)[0]  # (T,)
+    assert (moved[:window] > 1e-6).all() and (moved[window:] == 0).all()
+
+
+def test_a_global_layer_and_a_window_of_the_whole_text_see_everything():
+    """Layer i is global when (i + 1) is a multiple of the pattern; a window at least as long as
+    the text changes nothing."""
+    tokens = np.arange(1, 17)[None] % 30
+    plain = minillm.random_model(window_config(), seed=3, dtype="float64", std=0.5)
+    for options in (dict(sliding_window=3, sliding_window_pattern=1),
+                    dict(sliding_window=16, sliding_window_pattern=2)):
+        model = minillm.Model(window_config(**options), plain.params)
+        assert model.config.is_local(0) == (options["sliding_window_pattern"] == 2)
+        np.testing.assert_array_equal(model.forward(tokens), plain.forward(tokens))
+
+
 def test_clear_errors_for_bad_input():
     cfg = minillm.ModelConfig(arch="classic", vocab_size=10, context_length=4, d_model=4,
                               n_layers=1, n_heads=1)

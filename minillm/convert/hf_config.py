@@ -6,7 +6,7 @@ approximation.
 """
 from __future__ import annotations
 
-from ..config import ModelConfig
+from ..config import GEMMA_OPTIONS, ModelConfig
 
 # Hugging Face activation names -> minillm's (ACT2FN: "gelu" is the exact erf form).
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -107,6 +107,10 @@ def config_to_hf(cfg: ModelConfig, dtype: str = "float32") -> dict:
                 "activation_function": {"gelu": "gelu", "gelu_tanh": "gelu_new"}[cfg.activation],
                 "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
                 "attn_pdrop": 0.0, "scale_attn_weights": True}
+    gemma = [name for name in GEMMA_OPTIONS if name in cfg.to_dict()]
+    if gemma:
+        raise ValueError(f"model: Gemma 3's option(s) {', '.join(gemma)} cannot be exported; "
+                         "minillm exports GPT-2, Llama and Qwen2")
     if cfg.activation != "silu":
         raise ValueError(f"model: a modern model with activation {cfg.activation!r} is not a "
                          "Llama (whose gated MLP is SwiGLU); only silu can be exported")

@@ -18,17 +18,19 @@ from ..sampling import SamplingConfig
 
 
 @st.composite
-def model_configs(draw, arch=None, context_length=None):
+def model_configs(draw, arch=None, context_length=None, gemma=True):
     """Small configs of either architecture ("classic" GPT-2 style, "modern" Llama style):
     grouped-query attention, odd sizes, tied and untied, with and without biases, every
-    activation."""
+    activation; half of the modern ones with Gemma 3's options (gemma_options) unless
+    `gemma` is False (for formats that cannot hold them)."""
     arch = arch or draw(st.sampled_from(["classic", "modern"]))
     n_kv_heads = draw(st.integers(1, 3))
     group = draw(st.integers(1, 3)) if arch == "modern" else 1
     n_heads = n_kv_heads * group
     head_dim = draw(st.sampled_from([2, 4, 6] if arch == "modern" else [1, 3, 4, 5]))
     activation = draw(st.sampled_from(
-        ["gelu", "gelu_tanh"] if arch == "classic" else ["silu", "silu", "gelu"]))
+        ["gelu", "gelu_tanh"] if arch == "classic" else ["silu", "silu", "gelu", "gelu_tanh"]))
+    gemma = draw(gemma_options()) if arch == "modern" and gemma else {}
     return ModelConfig(
         arch=arch,
         vocab_size=draw(st.integers(3, 40)),
@@ -42,7 +44,27 @@ def model_configs(draw, arch=None, context_length=None):
         bias=draw(st.booleans()),
         activation=activation,
         rope_theta=draw(st.sampled_from([100.0, 10000.0])),
+        **gemma,
     )
+
+
+@st.composite
+def gemma_options(draw):
+    """Gemma 3's options of the modern architecture, each on or off: the embedding scale, q/k
+    norms, post-sublayer norms, a head size other than d_model / n_heads, another attention
+    scale, and sliding windows of 1 to 5 keys (shorter than most drawn prompts: the window's
+    edge is crossed) on some layers, with their own RoPE base."""
+    if not draw(st.booleans()):
+        return {}
+    window = draw(st.none() | st.integers(1, 5))
+    return dict(
+        embed_scale=draw(st.booleans()), qk_norm=draw(st.booleans()),
+        post_norms=draw(st.booleans()),
+        head_dim=draw(st.sampled_from([None, 2, 8])),
+        query_pre_attn_scalar=draw(st.sampled_from([None, 3.0])),
+        sliding_window=window,
+        sliding_window_pattern=draw(st.integers(1, 3)),
+        rope_local_theta=draw(st.sampled_from([None, 10.0])))
 
 
 @st.composite
