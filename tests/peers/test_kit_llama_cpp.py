@@ -23,9 +23,9 @@ if not os.path.isfile(GGUF):
 
 from minillm.sampling import SamplingConfig  # noqa: E402
 from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, assert_chunks_match,  # noqa
-                             assert_deterministic, check_batch_equivalence,
-                             check_cache_equivalence, check_rollback, check_sampler,
-                             check_window_slides)
+                             assert_deterministic, assert_rollback_matches,
+                             check_batch_equivalence, check_cache_equivalence, check_rollback,
+                             check_sampler, check_window_slides)
 from minillm.testing.compare import assert_logits_close, combine  # noqa: E402
 
 
@@ -273,14 +273,26 @@ def test_flash_attention_off_one_token_steps_differ_and_longer_calls_agree_exact
 
 def test_flash_attention_off_rollback_fails_against_one_call_and_passes_like_for_like(
         flash_off):
-    """Rollback feeds `more` to the rolled-back cache: compared with one uncached call, the
-    one-token path's noise fails it; compared with a fresh cache fed the same chunks, it
-    passes exactly, so the rollback itself (removing cells) is right."""
+    """Rollback feeds `more` to the rolled-back cache: compared with a fresh cache fed the same
+    chunks, it passes exactly, so the rollback itself (removing cells) is right; compared with
+    one uncached call, a one-token `more` takes the one-token path and fails on some texts.
+    Those cases come from a seeded generator: how many of check_rollback's 8 drawn cases feed
+    one token, on which texts, changes with the draws (docs/TESTING.md)."""
     engine = llama_engine(flash_off)
     report = check_rollback(engine, atol=0, reference="chunks", max_batch=1, **SMALL)
-    with pytest.raises(AssertionError, match="against one uncached call"):
-        check_rollback(engine, atol=0, reference="uncached", max_batch=1, **SMALL)
-    print(f"\nflash attention off, rollback like for like: {report}")
+    rng, failures = np.random.default_rng(0), []
+    for _ in range(16):
+        tokens = rng.integers(0, engine.vocab_size, (1, int(rng.integers(1, 8))))
+        keep = int(rng.integers(1, tokens.shape[1] + 1))
+        more = rng.integers(0, engine.vocab_size, (1, 1))
+        assert_rollback_matches(engine, tokens, keep, more, atol=0, reference="chunks")
+        try:
+            assert_rollback_matches(engine, tokens, keep, more, atol=0, reference="uncached")
+        except AssertionError as error:
+            failures.append(str(error).splitlines()[0])
+    print(f"\nflash attention off, rollback like for like: {report}\none-token rollbacks "
+          f"against one uncached call: {len(failures)} of 16 fail, e.g. {failures[:1]}")
+    assert failures, "no one-token rollback differs from one uncached call: see docs/TESTING.md"
 
 
 def test_a_kv_cache_shared_between_sequences_without_flash_attention_is_not_deterministic():
