@@ -171,8 +171,9 @@ def test_text_is_the_same_with_the_fast_path_on_and_off(temperature):
 def test_the_fast_models_choice_of_the_next_tokens_is_the_references(data, dtype, spoil):
     """FastModel.next_tokens (the argmax of greedy logits, no distribution built) chooses what
     the decode loop's reference choice does, for every knob (greedy or not, penalised or not):
-    ties to the lowest id, the same draws from the same seed, and logits holding NaN, +inf or
-    a row of -inf refused with the same error."""
+    ties to the lowest id, the same draws from the same seed, +inf logits read as the reference
+    reads them (the limit: the infinite ones share the mass), and NaN or a row of -inf refused
+    with the same error."""
     z = data.draw(logits(dtype=dtype, neg_inf=spoil is not None), label="logits")  # ties
     if spoil == "a row of -inf":
         z[data.draw(st.integers(0, len(z) - 1))] = -math.inf
