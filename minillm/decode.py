@@ -14,11 +14,12 @@ row has stopped or max_new_tokens tokens were drawn. The window and its slide: w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from .request import GenerationConfig
-from .sampling import choose, filtered_probs
+from .sampling import SamplingConfig, choose, filtered_probs
 from .stopping import reached_stop, start_text
 from .window import Window, append, first_window, read_slid
 
@@ -29,10 +30,16 @@ class Step:
     of the window, which the next step changes."""
 
     rows: np.ndarray  # the rows that emitted a token: those still running before this step
-    tokens: np.ndarray  # (B,) the token drawn for every row; only `rows` count
-    probs: np.ndarray  # (B, V) the distributions they were drawn from, every knob applied
-    logits: np.ndarray  # (B, V) the logits those came from
+    logits: np.ndarray  # (B, V) the logits the tokens are drawn from
     seen: np.ndarray  # (B, width) each row's visible text (-1: padding), the penalty's history
+    knobs: SamplingConfig
+    tokens: np.ndarray | None = None  # (B,) the token drawn for every row; only `rows` count
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        """(B, V) the distributions the tokens are drawn from, every knob applied; computed
+        when first read (plain greedy decoding never reads them)."""
+        return filtered_probs(self.logits, self.knobs, self.seen)
 
 
 def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
@@ -59,17 +66,28 @@ def decode(model, window: Window, cache, logits, config: GenerationConfig, rng):
     if config.stop_strings:
         texts = [start_text(model.tokenizer, window.row(r)) for r in range(len(logits))]
     running = np.ones(len(logits), dtype=bool)
-    for step in range(config.max_new_tokens):
+    for n in range(config.max_new_tokens):
         # The repetition penalty looks at the visible text; padding (-1) is ignored.
-        seen = window.tokens[:, :window.width]
-        probs = filtered_probs(logits, config.sampling, seen)  # (B, V)
-        token = choose(probs, config.sampling, rng)  # (B,)
-        emitted = np.flatnonzero(running)
-        running &= ~ends_row(token, emitted, config, texts)
-        yield Step(emitted, token, probs, logits, seen)
-        if not running.any() or step == config.max_new_tokens - 1:
+        step = Step(np.flatnonzero(running), logits, window.tokens[:, :window.width],
+                    config.sampling)
+        step.tokens = next_tokens(model, step, rng)  # (B,)
+        running &= ~ends_row(step.tokens, step.rows, config, texts)
+        yield step
+        if not running.any() or n == config.max_new_tokens - 1:
             return
-        logits = decode_one(model, window, token, cache)
+        logits = decode_one(model, window, step.tokens, cache)
+
+
+def next_tokens(model, step: Step, rng) -> np.ndarray:
+    """(B,) the token of every row: `choose` from the step's distributions.
+
+    The one place where a model may choose its own way: a model with a method
+    `next_tokens(step, rng)` is asked instead, and must return exactly these tokens (fast.py's
+    model takes the argmax of greedy logits without building the distributions;
+    tests/test_fast.py proves it equal).
+    """
+    own = getattr(model, "next_tokens", None)
+    return choose(step.probs, step.knobs, rng) if own is None else own(step, rng)
 
 
 def ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:

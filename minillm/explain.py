@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .layers import log_softmax
+
 REPEAT_N = 4  # a four-token phrase: long enough that a repeat is rarely chance
 
 
@@ -48,11 +50,11 @@ class Watched:
         return logits
 
 
-def log_softmax(z: np.ndarray) -> np.ndarray:
-    """ln softmax(z) over the last axis, in float64, without overflow."""
-    z = np.asarray(z, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+def entropy(p: np.ndarray) -> float:
+    """H = -sum_i p_i ln p_i in nats (0 ln 0 = 0): the expected surprise of a draw from p;
+    e^H is the number of equally likely choices with the same uncertainty."""
+    p = p[p > 0]
+    return max(0.0, float(-(p * np.log(p)).sum()))  # never -0.0
 
 
 def rank_of(z: np.ndarray, token: int) -> int:

@@ -9,8 +9,9 @@ tied output layer in the other layout, int8 widened a block at a time into a reu
 `accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
 already speaks for quantized weights), so that the reference forward pass runs unchanged on
-them. `reference(model)` gives the plain model back. tests/test_fast.py proves the two equal;
-docs/PERFORMANCE.md holds the measurements behind every device
+them; its `next_tokens` makes the decode loop's greedy choice without building the
+distribution. `reference(model)` gives the plain model back. tests/test_fast.py proves the two
+equal; docs/PERFORMANCE.md holds the measurements behind every device
 (`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from .model import Model
 from .quantize import QuantizedWeight, is_linear_weight
+from .sampling import choose
 
 # OpenBLAS multiplies products of up to this many multiply-adds (M x N x K) where the operands
 # lie; larger ones are first packed into blocks, which for a few rows of x costs more than the
@@ -67,6 +69,17 @@ class FastModel(Model):
     def __post_init__(self):
         self.params = prepare(self.params, self.config.tie_embeddings)
         super().__post_init__()
+
+    def next_tokens(self, step, rng) -> np.ndarray:
+        """The decode loop's choice (decode.next_tokens), the same tokens sooner: greedy
+        decoding without a penalty takes the argmax of finite logits, where filtered_probs
+        puts its one-hot, skipping the distribution's float64 copy, checks and one-hot
+        (docs/PERFORMANCE.md, "Sampling and the norms"). Ties go to the lowest id, as there;
+        logits that are not all finite take the reference's way, and its errors."""
+        knobs = step.knobs
+        if knobs.greedy and not knobs.penalises and np.isfinite(step.logits).all():
+            return step.logits.argmax(axis=-1)
+        return choose(step.probs, knobs, rng)
 
 
 def prepare(params: dict, tie_embeddings: bool) -> dict:

@@ -59,7 +59,8 @@ def generation_config(config: GenerationConfig | None = None, model=None,
     if config is None:
         config = GenerationConfig()
     elif not isinstance(config, GenerationConfig):
-        raise ValueError(f"config: expected a GenerationConfig, got {config!r}")
+        hint = f" (knobs go by name: max_new_tokens={config})" if isinstance(config, int) else ""
+        raise ValueError(f"config: expected a GenerationConfig, got {config!r}{hint}")
     sampling_names = {f.name for f in dataclasses.fields(SamplingConfig)}
     own_names = {f.name for f in dataclasses.fields(GenerationConfig)} - {"sampling"}
     unknown = sorted(set(knobs) - sampling_names - own_names)

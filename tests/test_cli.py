@@ -274,6 +274,54 @@ def test_a_fetched_model_is_loaded_by_its_name(files, capsys, monkeypatch, tmp_p
         model, [1, 2], max_new_tokens=4, temperature=0)
 
 
+@pytest.mark.parametrize("argv", [
+    ["generate", "--model_path", "{ids}", "--prompt_ids", "1,2", "--max_new_tokens", 6, "--seed", 2],
+    ["generate", "--model_path", "{ids}", "--prompt_ids", "1,2", "--max_new_tokens", 6,
+     "--draft_model", "{ids}", "--greedy"],
+    ["next", "--model_path", "{text}", "Hi"],
+    ["inspect", "{ids}"],
+    ["quantize", "{ids}", "{out}"],
+])
+def test_the_reference_flag_loads_the_reference_model(files, capsys, monkeypatch, tmp_path,
+                                                      argv):
+    """--reference: every model a command loads is the reference (minillm.Model, not the fast
+    path's FastModel, which it is without the flag); the output is the same."""
+    from minillm import fast, weights
+
+    real_load, loaded = weights.load, []
+    monkeypatch.setattr(weights, "load", lambda path, fast=None: loaded.append(
+        real_load(path, fast)) or loaded[-1])
+    monkeypatch.delenv("MINILLM_FAST", raising=False)
+    argv = [str(a).format(out=tmp_path / "out.npz", **files) for a in argv]
+    outputs = {}
+    for flag in ([], ["--reference"]):
+        loaded.clear()
+        code, out, _ = run_cli(capsys, *argv, *flag)
+        assert code == 0 and loaded
+        assert all(isinstance(m, fast.FastModel) != bool(flag) for m in loaded), flag
+        outputs[bool(flag)] = out
+        if argv[0] == "quantize":  # what it writes; its report counts the tied head's copy
+            with np.load(tmp_path / "out.npz") as written:
+                outputs[bool(flag)] = {name: written[name] for name in written.files}
+    if argv[0] == "inspect":  # the fast model holds the tied head's copy, the reference not
+        assert "column-major copy" in outputs[False] and "column-major copy" not in outputs[True]
+    elif argv[0] == "quantize":
+        assert outputs[True].keys() == outputs[False].keys()
+        for name, array in outputs[False].items():
+            np.testing.assert_array_equal(outputs[True][name], array)
+    else:
+        assert outputs[True] == outputs[False]
+
+
+def test_every_command_takes_the_reference_flag():
+    from minillm.cli import COMMANDS, build_parser
+
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert set(subparsers) == set(COMMANDS)
+    for name, parser in subparsers.items():
+        assert any("--reference" in a.option_strings for a in parser._actions), name
+
+
 def test_every_sampling_knob_is_a_flag(files, capsys):
     knobs = dict(temperature=0.9, top_k=30, top_p=0.95, min_p=0.01, repetition_penalty=4.0,
                  penalty_window=2, seed=5, max_new_tokens=15)

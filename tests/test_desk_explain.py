@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 
 import minillm
 from minillm.cli import main
-from minillm.explain import explained_generate, log_softmax, notes, repeats, surprise
+from minillm.explain import explained_generate, notes, repeats, surprise
+from minillm.layers import log_softmax
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = str(ROOT / "weights" / "target.npz")

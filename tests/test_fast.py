@@ -6,6 +6,7 @@ cached decoding, float and int8, both architectures, tied heads, ragged batches,
 the window's slide and first_layers drafts.
 """
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -13,10 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
-from minillm import fast
+from minillm import decode, fast
 from minillm.drafters import first_layers
+from minillm.sampling import SamplingConfig
 from minillm.testing import assert_batch_matches, assert_rollback_matches
-from minillm.testing.strategies import model_configs, ragged_batches, rollback_cases
+from minillm.testing.strategies import (logits, model_configs, ragged_batches, rollback_cases,
+                                        sampling_knobs)
 
 ATOL = 1e-12  # float64; the sums are the same up to the order BLAS adds them in
 
@@ -161,6 +164,41 @@ def test_text_is_the_same_with_the_fast_path_on_and_off(temperature):
     assert minillm.generate(fast.accelerate(model), prompt, max_new_tokens=100,
                             temperature=temperature) == \
         minillm.generate(model, prompt, max_new_tokens=100, temperature=temperature)
+
+
+@given(data=st.data(), dtype=st.sampled_from(["float64", "float32"]),
+       spoil=st.sampled_from([None, math.nan, math.inf, "a row of -inf"]))
+def test_the_fast_models_choice_of_the_next_tokens_is_the_references(data, dtype, spoil):
+    """FastModel.next_tokens (the argmax of greedy logits, no distribution built) chooses what
+    the decode loop's reference choice does, for every knob (greedy or not, penalised or not):
+    ties to the lowest id, the same draws from the same seed, +inf logits read as the reference
+    reads them (the limit: the infinite ones share the mass), and NaN or a row of -inf refused
+    with the same error."""
+    z = data.draw(logits(dtype=dtype, neg_inf=spoil is not None), label="logits")  # ties
+    if spoil == "a row of -inf":
+        z[data.draw(st.integers(0, len(z) - 1))] = -math.inf
+    elif spoil is not None:
+        z[data.draw(st.integers(0, len(z) - 1)), data.draw(st.integers(0, z.shape[1] - 1))] = spoil
+    knobs = data.draw(st.just(SamplingConfig(temperature=0.0)) | sampling_knobs(), label="knobs")
+    row = st.lists(st.integers(-1, z.shape[1] - 1), min_size=3, max_size=3)
+    seen = np.array(data.draw(st.lists(row, min_size=len(z), max_size=len(z))))  # -1: padding
+    plain = minillm.random_model(minillm.ModelConfig(arch="modern", vocab_size=z.shape[1],
+                                                     context_length=8, d_model=8, n_layers=1,
+                                                     n_heads=2))
+    chosen = []
+    for model in (plain, fast.accelerate(plain)):
+        step = decode.Step(np.arange(len(z)), z, seen, knobs)
+        try:
+            chosen.append(decode.next_tokens(model, step, np.random.default_rng(0)))
+        except ValueError as e:
+            chosen.append(str(e))
+    reference, fast_choice = chosen
+    if isinstance(reference, str):
+        assert fast_choice == reference
+    else:
+        assert isinstance(fast_choice, np.ndarray) and fast_choice.tolist() == reference.tolist()
+        if knobs.greedy and not knobs.penalises and spoil is None:
+            assert reference.tolist() == [row.tolist().index(row.max()) for row in z]
 
 
 def test_the_switch(tmp_path, monkeypatch):

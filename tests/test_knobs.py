@@ -68,6 +68,8 @@ def test_numpy_integers_are_integers(run):
     (dict(seed=1.5), "seed: must be an integer or None"),
     (dict(penalty_window=0), "penalty_window: must be an integer >= 1"),
     (dict(config=SamplingConfig()), "config: expected a GenerationConfig"),
+    (dict(config=50), r"config: expected a GenerationConfig, got 50 \(knobs go by name: "
+                      r"max_new_tokens=50\)"),  # the third positional argument, before config
 ])
 def test_both_loops_refuse_the_same_arguments_the_same_way(run, kwargs, message):
     with pytest.raises(ValueError, match=message):

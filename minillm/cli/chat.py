@@ -34,7 +34,7 @@ def run(args) -> int:
     from ..conversation import Conversation, common_prefix_length, respond
     from ..request import generation_config
 
-    model = load_model(args.model_path, int8=args.int8)
+    model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot chat")

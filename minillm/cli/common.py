@@ -79,10 +79,11 @@ def cache_folder() -> Path:
     return Path(os.environ.get("MINILLM_CACHE") or Path.home() / ".cache" / "minillm")
 
 
-def load_model(path, flag="--model_path", int8=False):
+def load_model(path, flag="--model_path", int8=False, reference=False):
     """The model at `path` (a .npz file, or the name of a fetched model such as
     smollm2-135m-instruct), or the shipped default; a missing file is a one-line error.
-    int8: quantize its linear weights on load (an already int8 file stays as it is)."""
+    int8: quantize its linear weights on load (an already int8 file stays as it is).
+    reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0."""
     from ..weights import load
 
     if path is None:
@@ -96,8 +97,9 @@ def load_model(path, flag="--model_path", int8=False):
             raise UsageError(f"{flag}: {path} is not fetched yet; run: minillm fetch {path}")
         path = fetched
     if not Path(path).is_file():
-        raise UsageError(f"{flag}: no such file: {path}")
-    model = load(path)
+        raise UsageError(f"{flag}: no such file or fetched model: {path} (known names: "
+                         f"{', '.join(sorted(MODELS))})")
+    model = load(path, fast=False if reference else None)
     if int8:
         from ..quantize import quantize
 

@@ -30,21 +30,6 @@ def add_arguments(parser) -> None:
                         help="print the address only, do not open a browser")
 
 
-def model_path(given):
-    """A path as given, or a fetched model's name resolved in the fetch folder."""
-    if given is None or Path(given).is_file():
-        return given
-    from .fetch import MODELS, cache_folder
-
-    if given in MODELS:
-        fetched = cache_folder() / f"{given}.npz"
-        if not fetched.is_file():
-            raise UsageError(f"--model: {given} is not fetched yet; run: minillm fetch {given}")
-        return fetched
-    raise UsageError(f"--model: no such file or fetched model: {given} (known names: "
-                     f"{', '.join(MODELS)})")
-
-
 def run(args) -> int:
     from ..desk import PASSAGE
     from ..desk.server import make_server
@@ -52,13 +37,13 @@ def run(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
-    path = model_path(args.model)
-    model = load_model(path, "--model")
+    model = load_model(args.model, "--model", reference=args.reference)
     draft_path = args.draft_model
-    if draft_path is None and path is None and DEFAULT_DRAFT.is_file():
+    if draft_path is None and args.model is None and DEFAULT_DRAFT.is_file():
         draft_path = DEFAULT_DRAFT
-    draft = None if draft_path is None else load_model(draft_path, "--draft_model")
-    name = Path(path or DEFAULT_MODEL).name
+    draft = None if draft_path is None else load_model(draft_path, "--draft_model",
+                                                       reference=args.reference)
+    name = Path(args.model or DEFAULT_MODEL).name
     desk = make_desk(model, name, draft, PASSAGE.read_text(encoding="utf-8"))
     try:
         server = make_server(desk, args.port, quiet=False)

@@ -34,7 +34,7 @@ def run(args) -> int:
     from ..evaluate import bits_per_byte, evaluate
     from .common import load_model
 
-    model = load_model(args.model_path, int8=args.int8)
+    model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     if model.tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot read a text")
     path = Path(args.text) if args.text is not None else DEFAULT_TEXT

@@ -17,7 +17,7 @@ def run(args) -> int:
     from ..convert import export_hf
     from ..weights import load
 
-    model = load(args.model_path)
+    model = load(args.model_path, fast=False if args.reference else None)
     export_hf(model, args.out_dir)
     print(f"{args.out_dir}: {model.config.arch} model written for transformers")
     return 0

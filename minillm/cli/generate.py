@@ -81,7 +81,7 @@ def token_stream(model, prompt, args, stats=None):
     if args.draft_model is not None:
         if draft is not None:
             raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
-        draft = load_model(args.draft_model, "--draft_model", args.int8)
+        draft = load_model(args.draft_model, "--draft_model", args.int8, args.reference)
     if draft is None and args.draft_k is not None:
         raise UsageError("--draft_k: guesses need a drafter; give --draft_model PATH or "
                          "--draft ngram")
@@ -138,7 +138,7 @@ def text_writer(tokenizer, out, stop_strings=()):
 
 
 def run(args) -> int:
-    model = load_model(args.model_path, int8=args.int8)
+    model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     prompt = prompt_ids(args, model)
     from ..speculative import SpeculativeStats
 

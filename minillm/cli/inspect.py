@@ -26,7 +26,7 @@ def run(args) -> int:
     from ..fast import FastModel
     from ..weights import load
 
-    model = load(args.model_path)
+    model = load(args.model_path, fast=False if args.reference else None)
     cfg = model.config
     print(f"{args.model_path}  ({os.path.getsize(args.model_path) / 2**20:.2f} MiB on disk)")
     for key, value in cfg.to_dict().items():
@@ -38,7 +38,7 @@ def run(args) -> int:
         dtypes[str(value.dtype)] += size
     total = sum(counts.values())
     print(f"parameters: {total:,}" + ("  (output layer tied to the embedding)"
-                                      if cfg.tie_embeddings and isinstance(model, FastModel) else ""))
+                                      if cfg.tie_embeddings else ""))
     for part, n in counts.items():
         print(f"  {part:15s} {n:>12,}  {100 * n / total:5.1f}%")
     print("dtypes: " + ", ".join(f"{d} {n:,}" for d, n in dtypes.items()))

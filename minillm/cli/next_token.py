@@ -35,12 +35,6 @@ def bar(p: float, width: int = BAR) -> str:
     return ("█" * full + (EIGHTHS[part] if part else "")).ljust(width)
 
 
-def entropy(p: np.ndarray) -> float:
-    """H = -sum_i p_i ln p_i in nats (0 ln 0 = 0)."""
-    p = p[p > 0]
-    return max(0.0, float(-(p * np.log(p)).sum()))  # never print -0.000
-
-
 def token_label(model, token: int) -> str:
     if model.tokenizer is None:
         return f"#{token}"
@@ -48,11 +42,12 @@ def token_label(model, token: int) -> str:
 
 
 def run(args) -> int:
+    from ..explain import entropy
     from ..sampling import filtered_probs
 
     if args.top < 1:
         raise UsageError(f"--top: must be at least 1, got {args.top}")
-    model = load_model(args.model_path)
+    model = load_model(args.model_path, reference=args.reference)
     ids = prompt_ids(args, model)
     window = ids[-model.config.context_length:]
     logits = model.forward(np.array([window]))[0, -1].astype(np.float64)  # (V,)

@@ -31,7 +31,7 @@ def run(args) -> int:
     from ..quantize import quantize
     from ..weights import load, save
 
-    model = load(args.input)
+    model = load(args.input, fast=False if args.reference else None)
     before = os.path.getsize(args.input)  # before writing: the output may replace the input
     model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,
                       group_size=args.group_size, embeddings=args.embeddings)

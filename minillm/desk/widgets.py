@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
-from ..explain import REPEAT_N, Watched, repeats, surprise
+from ..explain import REPEAT_N, Watched, entropy, repeats, surprise
 from .fields import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RequestError
 from .rounds import Recorded, rounds
 
@@ -94,12 +94,6 @@ def stops(desk: Desk) -> list[int]:
 def knobs(request) -> dict:
     return {name: request[name] for name in
             ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
-
-
-def entropy(p: np.ndarray) -> float:
-    """H = -sum p ln p (nats), 0 ln 0 = 0."""
-    p = p[p > 0]
-    return max(0.0, float(-(p * np.log(p)).sum()))
 
 
 def curve_ranks(V: int) -> np.ndarray:

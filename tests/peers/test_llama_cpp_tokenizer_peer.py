@@ -13,7 +13,6 @@ Each GGUF file here is written by the test from a vocabulary at hand (``vocab_fi
 Needs llama-cpp-python (.ci/run builds it) and the packages above (.ci/peers.sh installs them);
 each test skips and says why without its part.
 """
-import importlib.util
 import pathlib
 
 import pytest
@@ -23,23 +22,12 @@ from minillm.bpe import BYTE_TO_CHAR
 from minillm.pretokenize import PRE_TOKENIZERS
 from minillm.tokenizer import Tokenizer
 from tokenizer_corpus import CORPUS
-from vocab_files import bpe_metadata, spm_metadata, write_vocab_gguf
+from vocab_files import bpe_metadata, package_file, spm_metadata, write_vocab_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
 WEIGHTS = pathlib.Path(__file__).resolve().parents[2] / "weights"
 SETTINGS = settings(derandomize=True, max_examples=150, deadline=None)
-
-
-def package_file(package, *parts):
-    """A data file of an installed package (the package is not imported), or a skip."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"the {package} package is not installed (pip install it: .ci/peers.sh)")
-    path = pathlib.Path(list(spec.submodule_search_locations)[0], *parts)
-    if not path.is_file():
-        pytest.skip(f"{path} is missing")
-    return path
 
 
 def load_both(tmp_path, metadata, name="vocab"):

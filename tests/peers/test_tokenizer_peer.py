@@ -14,6 +14,7 @@ from minillm.pretokenize import (DIGIT_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS, QWEN
                                  pre_tokenize)
 from minillm.tokenizer import Tokenizer, TokenizerConfig
 from tokenizer_corpus import CORPUS
+from vocab_files import package_file
 
 hf_tokenizers = pytest.importorskip("tokenizers")
 
@@ -94,19 +95,6 @@ FAMILIES = sorted({rules.regexes for rules in PRE_TOKENIZERS.values()}) + [
 def test_every_family_splits_like_the_rust_library(regexes, text):
     words = [word for word, _ in rust_pre_tokenizer(regexes).pre_tokenize_str(text)]
     assert pre_tokenize(text, Rules(regexes, engine="tokenizers")) == words
-
-
-def package_file(package, *parts):
-    """A data file of an installed package (the package is not imported), or a skip."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"the {package} package is not installed (pip install it: .ci/peers.sh)")
-    path = pathlib.Path(list(spec.submodule_search_locations)[0], *parts)
-    if not path.is_file():
-        pytest.skip(f"{path} is missing")
-    return path
 
 
 @pytest.mark.parametrize("package, parts", [
