@@ -11,10 +11,11 @@ from .model import Model, random_model
 from .quantize import QuantizedWeight, quantize, quantize_rows
 from .sampling import filtered_probs, sample_next_token
 from .speculative import SpeculativeStats, speculative_generate
+from .blas import threads
 from .weights import WeightsError, load, save
 
 __version__ = "0.1.0"
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "filtered_probs", "sample_next_token", "generate", "quantize_rows", "quantize",
-           "QuantizedWeight", "speculative_generate", "SpeculativeStats"]
+           "QuantizedWeight", "speculative_generate", "SpeculativeStats", "threads"]
