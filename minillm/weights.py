@@ -50,6 +50,11 @@ def write_replacing(path, write) -> None:
     for a model others on the machine may read.
     """
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # else mkstemp's error would name its temporary file
+        given = os.path.dirname(os.fspath(path))
+        if os.path.exists(folder):
+            raise NotADirectoryError(f"{path}: {given} is a file, not a folder")
+        raise FileNotFoundError(f"{path}: no folder {given} to write into (create it first)")
     fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -80,8 +85,8 @@ def load(path) -> Model:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise WeightsError(f"{path}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise WeightsError(f"{path}: not an .npz file (not a zip archive)")
+    if os.path.isdir(path) or not zipfile.is_zipfile(path):
+        raise WeightsError(f"{path}: {_not_npz(path)}")
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as e:  # a damaged archive: report it, whatever numpy raised
@@ -92,6 +97,19 @@ def load(path) -> Model:
         return model_from_entries(entries)
     except WeightsError as e:
         raise WeightsError(f"{path}: {e}") from None
+
+
+def _not_npz(path) -> str:
+    """What a path that is not a minillm .npz holds, and what to do with it, in a few words."""
+    convert = f"convert it first: minillm convert {path} model.npz"
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "config.json")):
+            return f"a folder (a Hugging Face model folder?), not an .npz file; {convert}"
+        return "a folder, not an .npz file"
+    with open(path, "rb") as f:
+        if f.read(4) == b"GGUF":  # the magic of llama.cpp's files (convert/gguf.py reads them)
+            return f"a GGUF file, not an .npz file; {convert}"
+    return "not an .npz file (not a zip archive)"
 
 
 def _read_entry(archive, name, path) -> np.ndarray:
