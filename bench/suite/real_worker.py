@@ -76,7 +76,7 @@ def load_torch_loop(npz):
     from . import torch_loop
     from .roofline import bytes_per_token
 
-    model = minillm.load(npz)
+    model = minillm.load(npz, fast=False)  # params in minillm's plain layout, as torch reads it
     cfg, params, rope = torch_loop.load(model)
     net = (dataclasses.replace(cfg, context_length=TORCH_CONTEXT), params, rope)
 
@@ -176,8 +176,6 @@ def send(message):
 def main(argv=None) -> int:
     name, threads = (argv or sys.argv[1:])[:2]
     threads = int(threads)
-    if name == "PyTorch loop":
-        os.environ["MINILLM_FAST"] = "0"  # params in minillm's plain layout, as torch reads it
     from .machine import set_threads
 
     set_threads(threads)
