@@ -118,5 +118,6 @@ def warn_if_oversubscribed(stacklevel: int = 2) -> None:
     _warned = True
     warnings.warn(f"NumPy's BLAS runs {count} threads but {free} of this machine's cores "
                   f"{'is' if free == 1 else 'are'} free: its threads will wait on each other "
-                  "and every step slows down; call minillm.threads(1) (see the README)",
+                  "and every step slows down; call minillm.threads(1) (on the command line: "
+                  "--threads 1)",
                   RuntimeWarning, stacklevel=stacklevel + 1)

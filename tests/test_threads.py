@@ -93,3 +93,21 @@ def test_free_cores_counts_the_cores_left_by_the_load(monkeypatch):
     for load, free in [(0.0, 4), (0.9, 4), (1.2, 3), (3.5, 1), (9.0, 1)]:
         monkeypatch.setattr(blas.os, "getloadavg", lambda load=load: (load, load, load))
         assert blas.free_cores() == free
+
+
+def test_loading_a_model_warns_when_blas_threads_outnumber_the_free_cores(monkeypatch):
+    import minillm
+    from minillm import blas
+
+    monkeypatch.setattr(blas, "_warned", False)
+    monkeypatch.setattr(blas, "free_cores", lambda: 1)
+    with minillm.threads(1), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        minillm.load("weights/target.npz")
+    with minillm.threads(2):
+        with pytest.warns(RuntimeWarning, match="call minillm.threads\\(1\\)") as caught:
+            minillm.load("weights/target.npz")
+        assert caught[0].filename == __file__  # it points at the caller's line
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            minillm.load("weights/target.npz")  # once a process
