@@ -48,12 +48,8 @@ def write_replacing(path, write) -> None:
     creates its files readable by their owner only (0o600), fine for a temporary file, not
     for a model others on the machine may read.
     """
+    check_folder(path)  # else mkstemp's error would name its temporary file
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):  # else mkstemp's error would name its temporary file
-        given = os.path.dirname(os.fspath(path))
-        if os.path.exists(folder):
-            raise NotADirectoryError(f"{path}: {given} is a file, not a folder")
-        raise FileNotFoundError(f"{path}: no folder {given} to write into (create it first)")
     fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -63,6 +59,18 @@ def write_replacing(path, write) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def check_folder(path) -> None:
+    """The folder a file is to be written into exists, or an error names it (a command checks
+    this before its long work, not after)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(folder):
+        return
+    given = os.path.dirname(os.fspath(path))
+    if os.path.exists(folder):
+        raise NotADirectoryError(f"{path}: {given} is a file, not a folder")
+    raise FileNotFoundError(f"{path}: no folder {given} to write into (create it first)")
 
 
 def current_umask() -> int:

@@ -144,3 +144,14 @@ def test_a_saved_file_has_the_permissions_open_would_give_it(tmp_path, umask):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "m.npz").st_mode) == 0o666 & ~umask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]  # no temporary file left
+
+
+@pytest.mark.parametrize("command", [["quantize", "weights/target.npz"],
+                                     ["convert", "not/read/yet.safetensors"]])
+def test_commands_name_a_missing_output_folder_before_their_work(command, tmp_path, capsys):
+    from minillm.cli import main
+
+    out = tmp_path / "absent" / "m.npz"
+    assert main(command + [str(out)]) == 2
+    assert capsys.readouterr().err == (f"minillm {command[0]}: error: {out}: no folder "
+                                       f"{tmp_path / 'absent'} to write into (create it first)\n")
