@@ -4,6 +4,7 @@
     model = minillm.load("weights/target.npz")
     logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
 """
+from .blas import threads
 from .config import ModelConfig
 from .generate import generate
 from .kv_cache import KVCache
@@ -11,7 +12,6 @@ from .model import Model, random_model
 from .quantize import QuantizedWeight, quantize, quantize_rows
 from .sampling import filtered_probs, sample_next_token
 from .speculative import SpeculativeStats, speculative_generate
-from .blas import threads
 from .weights import WeightsError, load, save
 
 __version__ = "0.1.0"

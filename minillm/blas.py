@@ -104,7 +104,7 @@ def free_cores() -> int:
     return max(1, cores - int(load))
 
 
-_warned = False  # the warning below is given once a process, however often generation starts
+_warned = False  # the warning below is given once a process, however many models are loaded
 
 
 def warn_if_oversubscribed(stacklevel: int = 2) -> None:
