@@ -2,7 +2,7 @@
 
 A chat model's tokenizer carries a chat template, a Jinja program that turns a list of
 messages ({"role": ..., "content": ...}) into the prompt text. With the optional ``jinja2``
-package (the ``chat`` extra, ``minillm.optional.install_hint``) any template renders exactly as transformers'
+package (the ``chat`` extra) any template renders exactly as transformers'
 ``apply_chat_template(..., tokenize=False)`` renders it (``render_jinja``): a sandboxed,
 immutable environment with ``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols``
 extension and the ``{% generation %}`` tag, the globals ``raise_exception`` and

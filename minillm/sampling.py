@@ -24,7 +24,8 @@ import numpy as np
 from .knobs import SamplingConfig, sampling_config
 
 __all__ = ["SamplingConfig", "sample_next_token", "choose", "draw", "filtered_probs",
-           "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask", "min_p_mask"]
+           "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask",
+           "min_p_mask"]
 
 
 def sample_next_token(logits, knobs: SamplingConfig | None = None, history=None, rng=None,

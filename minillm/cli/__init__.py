@@ -70,7 +70,8 @@ def main(argv=None) -> int:
     # WeightsError is a ValueError; an ImportError names a missing optional dependency
     # (torch, safetensors) and how to install it.
     except (UsageError, ValueError, OSError, ImportError) as e:
-        print(f"minillm {args.command}: error: {as_flag(str(e), command)}", file=sys.stderr)
+        message = str(e) if isinstance(e, UsageError) else as_flag(str(e), command)
+        print(f"minillm {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)

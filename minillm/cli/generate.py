@@ -9,7 +9,8 @@
     minillm generate "In the beginning" --stop "." --stop "\\n\\n"     # end at either text
     minillm generate "In the beginning" --logprobs --max_new_tokens 10
 
-The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr. Generation
+The text goes to stdout; a one-line summary goes to stderr: how long the prompt took to read
+(prefill) and the new tokens after the first (decode), each with its tokens/s. Generation
 ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
 a --stop text, which is not printed.
 
@@ -144,10 +145,11 @@ def summary(prompt: int, times: list, cache: str) -> str:
     if n == 0:
         return f"[no new tokens; prompt {prompt} tokens, {cache}]"
     prefill, decode = times[1] - times[0], times[-1] - times[1]
-    line = f"[prompt {prompt} tokens read in {prefill:.2f} s ({prompt / max(prefill, 1e-9):.1f} " \
-           f"tokens/s); {n} new token{'' if n == 1 else 's'}"
+    line = (f"[prompt {prompt} tokens read in {prefill:.2f} s "
+            f"({prompt / max(prefill, 1e-9):.1f} tokens/s); {n} new token{'' if n == 1 else 's'}")
     if n > 1:
-        line += f", the last {n - 1} in {decode:.2f} s ({(n - 1) / max(decode, 1e-9):.1f} tokens/s)"
+        line += (f", the last {n - 1} in {decode:.2f} s "
+                 f"({(n - 1) / max(decode, 1e-9):.1f} tokens/s)")
     return line + f", {cache}]"
 
 
