@@ -4,6 +4,7 @@
     model = minillm.load("weights/target.npz")
     logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
 """
+from .blas import threads
 from .config import ModelConfig
 from .generate import generate, stream
 from .logprobs import Rollout, ScoredToken
@@ -20,4 +21,4 @@ __version__ = "0.1.0"
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",
            "generate", "stream", "Rollout", "ScoredToken", "quantize_rows", "quantize",
-           "QuantizedWeight", "speculative_generate", "SpeculativeStats"]
+           "QuantizedWeight", "speculative_generate", "SpeculativeStats", "threads"]

@@ -2,7 +2,7 @@
 
 A chat model's tokenizer carries a chat template, a Jinja program that turns a list of
 messages ({"role": ..., "content": ...}) into the prompt text. With the optional ``jinja2``
-package (``pip install minillm[chat]``) any template renders exactly as transformers'
+package (the ``chat`` extra) any template renders exactly as transformers'
 ``apply_chat_template(..., tokenize=False)`` renders it (``render_jinja``): a sandboxed,
 immutable environment with ``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols``
 extension and the ``{% generation %}`` tag, the globals ``raise_exception`` and
@@ -32,6 +32,8 @@ import functools
 import json
 import re
 
+from .optional import install_hint
+
 # The plain ChatML template, as models ship it (the newlines are real newline characters
 # inside the Jinja string literals).
 CHATML_TEMPLATE = (
@@ -42,7 +44,11 @@ CHATML_TEMPLATE = (
 # What SmolLM2's template adds right after the loop's start; PROMPT stands for the text.
 DEFAULT_SYSTEM_BLOCK = ("{% if loop.first and messages[0]['role'] != 'system' %}"
                         "{{ '<|im_start|>system\nPROMPT<|im_end|>\n' }}{% endif %}")
-INSTALL_HINT = "install jinja2 (pip install minillm[chat]) to render any chat template"
+
+
+def jinja2_hint() -> str:
+    return f"install jinja2 ({install_hint('chat')}) to render any chat template"
+
 
 # Markers of other template families, to say what was found when refusing one.
 OTHER_FAMILIES = (
@@ -81,7 +87,7 @@ def chat_format(template):
                  "an unknown template")
     raise ValueError(f"chat template not supported without jinja2: found {found}, beginning "
                      f"{template[:80]!r}; minillm renders plain ChatML and ChatML with a "
-                     f"default system message itself; {INSTALL_HINT}")
+                     f"default system message itself; {jinja2_hint()}")
 
 
 def _check_messages(messages):
@@ -201,7 +207,7 @@ def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
                             **tokens, **variables)
     chatml = chat_format(template)
     if tools is not None or documents is not None or variables:
-        raise ValueError(f"tools, documents and template variables need jinja2; {INSTALL_HINT}")
+        raise ValueError(f"tools, documents and template variables need jinja2; {jinja2_hint()}")
     return render_chatml(messages, chatml, add_generation_prompt)
 
 

@@ -20,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from .blas import warn_if_oversubscribed
 from .model import Model
 from .quantize import QuantizedWeight, is_linear_weight
 from .sampling import choose
@@ -47,7 +48,12 @@ BLOCK_BYTES = 1024 * 1024
 
 
 def accelerate(model: Model) -> "FastModel":
-    """The same model (configuration, parameter values, tokenizer), multiplying faster."""
+    """The same model (configuration, parameter values, tokenizer), multiplying faster.
+
+    Warns once (blas.py) when NumPy's BLAS runs more threads than there are free cores: its
+    threads would then wait on each other at every product; `minillm.threads(1)` is the cure.
+    """
+    warn_if_oversubscribed(stacklevel=3)
     return FastModel(model.config, dict(model.params), model.tokenizer)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .decode import decode_steps
 from .logprobs import rollouts, scored_steps
-from .request import check_prompts, generation_config, is_batch, random_generator
+from .request import check_prompts, generation_config, is_batch, random_generator, warn_if_cut
 
 
 def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
@@ -59,4 +59,5 @@ def _request(model, prompt_ids, config, rng, knobs):
     """The prompts, the GenerationConfig and the random generator, every argument checked."""
     prompts = check_prompts(prompt_ids, model.config.vocab_size)
     config = generation_config(config, model, **knobs)
+    warn_if_cut(prompts, model.config.context_length)
     return prompts, config, random_generator(config, rng)

@@ -28,8 +28,11 @@ KNOBS = {
     "min_p": Knob(None, "keep tokens at least P times as likely as the top one (0 or None: off)"),
     "repetition_penalty": Knob(None, "CTRL penalty R on the recent tokens; > 1 discourages "
                                      "repeats (1 or None: off)"),
-    "penalty_window": Knob(64, "how many of the most recent tokens the repetition penalty "
-                               "looks at"),
+    "frequency_penalty": Knob(None, "subtract F times each recent token's count from its "
+                                    "logit; > 0 discourages repeats (0 or None: off)"),
+    "presence_penalty": Knob(None, "subtract P from the logit of every recent token; > 0 "
+                                   "discourages repeats (0 or None: off)"),
+    "penalty_window": Knob(64, "how many of the most recent tokens the penalties look at"),
     "seed": Knob(0, "the random generator's seed: same seed, same text (None: fresh entropy)"),
     "stop_tokens": Knob((), "token ids that end a row once emitted"),
     "stop_strings": Knob((), "texts that end a row once its new text contains one"),
@@ -46,9 +49,10 @@ def default(name: str):
 @dataclass(frozen=True)
 class SamplingConfig:
     """The sampling knobs, checked once. "Off" values (top_k 0, top_p 1, min_p 0,
-    repetition_penalty 1) are stored as None, so `None` is the one way a knob reads as off.
+    repetition_penalty 1, frequency_penalty 0, presence_penalty 0) are stored as None, so
+    `None` is the one way a knob reads as off.
 
-    penalty_window: how many of the most recent tokens the repetition penalty looks at.
+    penalty_window: how many of the most recent tokens the three penalties look at.
     """
 
     temperature: float = default("temperature")
@@ -57,6 +61,8 @@ class SamplingConfig:
     min_p: float | None = default("min_p")
     repetition_penalty: float | None = default("repetition_penalty")
     penalty_window: int = default("penalty_window")
+    frequency_penalty: float | None = default("frequency_penalty")
+    presence_penalty: float | None = default("presence_penalty")
 
     def __post_init__(self):
         knob = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -73,10 +79,16 @@ class SamplingConfig:
             knob("repetition_penalty", _number(
                 "repetition_penalty", self.repetition_penalty, lambda r: r > 0,
                 "a number > 0 (1 or None disables; > 1 discourages repeats)"))
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(self, name) is not None:  # either sign: < 0 encourages repeats
+                knob(name, _number(name, getattr(self, name), lambda x: True,
+                                   "a finite number (0 or None disables; > 0 discourages "
+                                   "repeats)"))
         knob("penalty_window", _count("penalty_window", self.penalty_window, 1,
                                       "an integer >= 1"))
         for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
-                          ("repetition_penalty", 1.0)):
+                          ("repetition_penalty", 1.0), ("frequency_penalty", 0.0),
+                          ("presence_penalty", 0.0)):
             if getattr(self, name) == off:
                 knob(name, None)
 
@@ -87,8 +99,10 @@ class SamplingConfig:
 
     @property
     def penalises(self) -> bool:
-        """Whether the repetition penalty is on: only then is each row's history needed."""
-        return self.repetition_penalty is not None
+        """Whether a penalty is on (repetition, frequency or presence): only then is each row's
+        history needed."""
+        return (self.repetition_penalty is not None or self.frequency_penalty is not None
+                or self.presence_penalty is not None)
 
 
 def _number(name, value, ok, allowed) -> float:

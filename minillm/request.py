@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +112,16 @@ def check_prompts(prompt_ids, vocab: int) -> list[np.ndarray]:
                              f"{ids.min()} and max {ids.max()}")
         prompts.append(ids.astype(np.int64))
     return prompts
+
+
+def warn_if_cut(prompts, W: int) -> None:
+    """A prompt longer than the context W is read from its last W tokens only: say so, with
+    the numbers (a warning, once per prompt)."""
+    for r, prompt in enumerate(prompts):
+        if len(prompt) > W:
+            name = "prompt" + (f" {r}" if len(prompts) > 1 else "")
+            warnings.warn(f"{name}: {len(prompt)} tokens, longer than the model's context of "
+                          f"{W}: only the last {W} are read", stacklevel=4)
 
 
 def is_batch(prompt_ids) -> bool:

@@ -1,6 +1,7 @@
 """Turning logits into the next token: the sampling knobs, applied in a fixed order.
 
     z  = logits, penalised for recent repeats   (repetition penalty, CTRL)
+    z  = z - f * count - p * [count > 0]        (frequency and presence penalties)
     p  = softmax(z / T)                         (temperature; T = 0 means greedy)
     p  = p restricted to the k largest          (top-k)
     p  = p restricted to the nucleus            (top-p: smallest head with mass >= top_p)
@@ -23,7 +24,8 @@ import numpy as np
 from .knobs import SamplingConfig, sampling_config
 
 __all__ = ["SamplingConfig", "sample_next_token", "choose", "draw", "filtered_probs",
-           "apply_repetition_penalty", "top_k_mask", "top_p_mask", "min_p_mask"]
+           "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask",
+           "min_p_mask"]
 
 
 def sample_next_token(logits, knobs: SamplingConfig | None = None, history=None, rng=None,
@@ -76,7 +78,8 @@ def filtered_probs(logits, knobs: SamplingConfig | None = None, history=None,
     the knobs applied in the order above.
 
     knobs: a SamplingConfig, or the knobs by name (temperature=..., top_k=..., top_p=...,
-    min_p=..., repetition_penalty=..., penalty_window=...), or both (names replace).
+    min_p=..., repetition_penalty=..., frequency_penalty=..., presence_penalty=...,
+    penalty_window=...), or both (names replace).
     history: the tokens each row has seen, a (B, n) int array or a list of B lists; negative
     ids are ignored (left padding). Only its last `penalty_window` entries per row count.
     Greedy (temperature 0) is one-hot on the argmax, ties going to the lowest token id.
@@ -89,9 +92,13 @@ def filtered_probs(logits, knobs: SamplingConfig | None = None, history=None,
     B, V = z.shape
     if knobs.penalises:
         if history is None:
-            raise ValueError("history: the repetition penalty needs each row's recent tokens")
-        seen = _seen(history, B, V, knobs.penalty_window)
-        z = apply_repetition_penalty(z, seen, knobs.repetition_penalty)
+            raise ValueError("history: the penalties need each row's recent tokens")
+        counts = _counts(history, B, V, knobs.penalty_window)  # (B, V)
+        if knobs.repetition_penalty is not None:
+            z = apply_repetition_penalty(z, counts > 0, knobs.repetition_penalty)
+        if knobs.frequency_penalty is not None or knobs.presence_penalty is not None:
+            z = apply_count_penalties(z, counts, knobs.frequency_penalty or 0.0,
+                                      knobs.presence_penalty or 0.0)
     if knobs.greedy:
         probs = np.zeros_like(z)
         probs[np.arange(B), z.argmax(axis=-1)] = 1.0  # argmax takes the lowest id among ties
@@ -123,6 +130,17 @@ def apply_repetition_penalty(z, seen, penalty):
     """
     penalised = np.where(z > 0, z / penalty, z * penalty)
     return np.where(seen, penalised, z)
+
+
+def apply_count_penalties(z, counts, frequency, presence):
+    """The frequency and presence penalties (OpenAI's API, llama.cpp's penalty sampler):
+    z_i - frequency * c_i - presence * [c_i > 0], c_i the count of token i in the window.
+
+    The frequency penalty grows with every repeat, the presence penalty is paid once by any
+    token that occurred; positive values discourage repeats, negative ones encourage them.
+    counts: (B, V) integers.
+    """
+    return z - frequency * counts - presence * (counts > 0)
 
 
 def top_k_mask(e, k):
@@ -162,9 +180,9 @@ def min_p_mask(e, min_p):
 
 # -- inputs ----------------------------------------------------------------------------------
 
-def _seen(history, B, V, window):
-    """(B, V) booleans: which tokens occur in the last `window` entries of each row's history,
-    a (B, n) array or B lists (one flat list for one row); negative ids are padding."""
+def _counts(history, B, V, window):
+    """(B, V) integers: how often each token occurs in the last `window` entries of each row's
+    history, a (B, n) array or B lists (one flat list for one row); negative ids are padding."""
     if not isinstance(history, np.ndarray):
         rows = list(history)
         rows = [rows] if all(isinstance(t, numbers.Integral) for t in rows) else rows
@@ -180,10 +198,8 @@ def _seen(history, B, V, window):
     if recent.size and recent.max() >= V:
         raise ValueError(f"history: token ids must be < {V} (the vocabulary size), got "
                          f"{recent.max()}")
-    seen = np.zeros((B, V), dtype=bool)
     row, col = np.nonzero(recent >= 0)  # negative ids are padding
-    seen[row, recent[row, col]] = True
-    return seen
+    return np.bincount(row * V + recent[row, col], minlength=B * V).reshape(B, V)
 
 
 def _check_logits(z):

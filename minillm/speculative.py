@@ -26,7 +26,7 @@ import numpy as np
 from .drafters import ModelDrafter, NgramDrafter
 from .knobs import default
 from .logprobs import Rollout, score
-from .request import check_prompts, generation_config, is_batch, random_generator
+from .request import check_prompts, generation_config, is_batch, random_generator, warn_if_cut
 from .sampling import SamplingConfig, choose, draw, filtered_probs
 from .stopping import reached_stop, start_text
 from .tokenizer import same_tokens
@@ -128,7 +128,7 @@ def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k")
         raise ValueError(f"k: must be an integer >= 1, got {k!r}")
     if is_batch(prompt_ids):
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
-    check_prompts(prompt_ids, vocab)
+    warn_if_cut(check_prompts(prompt_ids, vocab), target.config.context_length)
     drafter = make_drafter(draft, vocab, config.sampling, ngram,
                            getattr(target, "tokenizer", None))
     stats = SpeculativeStats() if stats is None else stats

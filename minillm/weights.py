@@ -48,6 +48,7 @@ def write_replacing(path, write) -> None:
     creates its files readable by their owner only (0o600), fine for a temporary file, not
     for a model others on the machine may read.
     """
+    check_folder(path)  # else mkstemp's error would name its temporary file
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=folder)
     try:
@@ -58,6 +59,18 @@ def write_replacing(path, write) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def check_folder(path) -> None:
+    """The folder a file is to be written into exists, or an error names it (a command checks
+    this before its long work, not after)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(folder):
+        return
+    given = os.path.dirname(os.fspath(path))
+    if os.path.exists(folder):
+        raise NotADirectoryError(f"{path}: {given} is a file, not a folder")
+    raise FileNotFoundError(f"{path}: no folder {given} to write into (create it first)")
 
 
 def current_umask() -> int:
@@ -86,8 +99,8 @@ def load(path, fast: bool | None = None) -> Model:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise WeightsError(f"{path}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise WeightsError(f"{path}: not an .npz file (not a zip archive)")
+    if os.path.isdir(path) or not zipfile.is_zipfile(path):
+        raise WeightsError(f"{path}: {_not_npz(path)}")
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as e:  # a damaged archive: report it, whatever numpy raised
@@ -104,6 +117,19 @@ def load(path, fast: bool | None = None) -> Model:
 def wants_fast(fast: bool | None = None) -> bool:
     """An explicit choice, else the environment's: fast unless MINILLM_FAST=0."""
     return os.environ.get("MINILLM_FAST", "1") != "0" if fast is None else bool(fast)
+
+
+def _not_npz(path) -> str:
+    """What a path that is not a minillm .npz holds, and what to do with it, in a few words."""
+    convert = f"convert it first: minillm convert {path} model.npz"
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "config.json")):
+            return f"a folder (a Hugging Face model folder?), not an .npz file; {convert}"
+        return "a folder, not an .npz file"
+    with open(path, "rb") as f:
+        if f.read(4) == b"GGUF":  # the magic of llama.cpp's files (convert/gguf.py reads them)
+            return f"a GGUF file, not an .npz file; {convert}"
+    return "not an .npz file (not a zip archive)"
 
 
 def _read_entry(archive, name, path) -> np.ndarray:

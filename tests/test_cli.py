@@ -44,7 +44,7 @@ def test_generate_streams_the_same_tokens_as_the_library(files, capsys):
                                  *extra)
         assert code == 0
         assert [int(t) for t in out.split()] == expected
-        assert len(err.strip().splitlines()) == 1 and "20 tokens" in err and "tokens/s" in err
+        assert len(err.strip().splitlines()) == 1 and "20 new tokens" in err and "tokens/s" in err
     code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                            "4 5", "--greedy", "--max_new_tokens", 12, "--top_k", 3)
     assert [int(t) for t in out.split()] == minillm.generate(model, [4, 5], max_new_tokens=12,
@@ -79,7 +79,7 @@ def test_generate_stops_at_a_stop_text_and_does_not_print_it(files, capsys):
                                  "--max_new_tokens", 30, "--greedy", "--stop", stops[0],
                                  "--stop", stops[1], *extra)
         assert code == 0 and out == "Hi there" + shown + "\n"
-        assert f"[{len(expected) - len(prompt)} tokens" in err
+        assert f"; {len(expected) - len(prompt)} new tokens" in err
     code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
                            "--max_new_tokens", 30, "--greedy", "--stop", "not in the text")
     assert code == 0 and out == "Hi there" + free + "\n"
@@ -109,6 +109,24 @@ def test_generate_prints_the_logprobs_table(files, capsys):
     code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                            "1,2", "--max_new_tokens", 3, "--logprobs")
     assert code == 0 and [line.split("\t")[4] for line in out.splitlines()[1:]] == ["-"] * 5
+
+
+def test_logprobs_with_a_drafter_are_the_targets_scores(files, capsys):
+    """Speculative decoding's table: the same tokens at temperature 0, each scored under the
+    target's distributions, as plain generation prints them."""
+    tables = {}
+    for draft in ([], ["--draft", "ngram"], ["--draft_model", files["text"], "--draft_k", 2]):
+        code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], "Hi hi hi",
+                                 "--max_new_tokens", 10, "--temperature", 0, "--logprobs",
+                                 *draft)
+        assert code == 0, err
+        tables[len(draft)] = [line.split("\t") for line in out.splitlines()]
+    plain = tables[0]
+    for table in (tables[2], tables[4]):
+        assert [r[:2] + r[4:] for r in table] == [r[:2] + r[4:] for r in plain]
+        for got, want in zip(table[1:], plain[1:]):
+            for a, b in zip(got[2:4], want[2:4]):
+                assert a == b == "-" or abs(float(a) - float(b)) < 1e-5
 
 
 def test_next_shows_candidates_and_survivors(files, capsys):
@@ -155,8 +173,7 @@ def test_bad_input_is_one_line_and_exit_code_2(files, capsys, command, argv, mes
 @pytest.mark.parametrize("argv, message", [
     (["--max_new_tokens", "-1"], "max_new_tokens"), (["--stop_ids", "nope"], "--stop_ids"),
     (["--stop_ids", "999"], "stop_tokens"), (["--stop", "x"], "stop_strings: this model has no"),
-    (["--stop", ""], "stop_strings: must be non-empty"),
-    (["--logprobs", "--draft", "ngram"], "--logprobs: not with speculative decoding")])
+    (["--stop", ""], "stop_strings: must be non-empty")])
 def test_bad_generate_only_flags(files, capsys, argv, message):
     code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                              "1", *argv)
@@ -177,7 +194,7 @@ def test_the_installed_command_runs_in_a_fresh_process(files):
     ok = subprocess.run([sys.executable, "-m", "minillm", "generate", "--model_path",
                          files["ids"], "--prompt_ids", "1,2", "--max_new_tokens", "5"],
                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert ok.returncode == 0 and len(ok.stdout.split()) == 7 and "5 tokens" in ok.stderr
+    assert ok.returncode == 0 and len(ok.stdout.split()) == 7 and "5 new tokens" in ok.stderr
     bad = subprocess.run([sys.executable, "-m", "minillm", "generate", "--model_path",
                           files["broken"], "--prompt_ids", "1"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -207,7 +224,7 @@ def test_threads_below_one_is_a_one_line_error(files, capsys):
 
 
 def test_the_text_writer_holds_back_what_may_still_become_a_stop_text():
-    from minillm.cli.generate import text_writer
+    from minillm.cli.common import text_writer
 
     out = io.StringIO()
     write = text_writer(byte_tokenizer(), out, ["END"])

@@ -103,3 +103,72 @@ def test_the_chat_command_refuses_a_model_without_a_chat_template(capsys):
 
     assert main(["chat", "--model_path", "weights/target.npz"]) == 2
     assert "chat template" in capsys.readouterr().err
+
+
+@pytest.fixture
+def chat_model_path(tmp_path):
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=512, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=5)
+    model.tokenizer = chatml_tokenizer()
+    minillm.save(model, tmp_path / "chat.npz")
+    return str(tmp_path / "chat.npz")
+
+
+def test_ctrl_c_stops_the_reply_and_ctrl_c_at_the_prompt_leaves(chat_model_path, monkeypatch,
+                                                                capsys):
+    import types
+
+    import minillm.conversation as conversation
+    from minillm.cli import main
+
+    real, prompts = conversation.respond, []
+
+    def respond(*args, **kwargs):  # Ctrl-C arrives after the first reply's second token
+        prompts.append(list(args[1]))
+        for i, token in enumerate(real(*args, **kwargs)):
+            if len(prompts) == 1 and i == 2:
+                raise KeyboardInterrupt
+            yield token
+
+    lines = iter(["What is 2+2?\n", "And 3+3?\n"])
+
+    def readline():  # after the two messages, Ctrl-C at the prompt
+        line = next(lines, None)
+        if line is None:
+            raise KeyboardInterrupt
+        return line
+
+    monkeypatch.setattr(conversation, "respond", respond)
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(readline=readline,
+                                                           isatty=lambda: False))
+    assert main(["chat", "--model_path", chat_model_path, "--temperature", "0",
+                 "--max_new_tokens", "6"]) == 130
+    out, err = capsys.readouterr()
+    stats = [line for line in err.splitlines() if line.startswith("[")]
+    assert len(stats) == 2 and stats[0].startswith("[reply stopped; ")
+    assert "reply stopped" not in stats[1] and "2 new tokens" in stats[0]
+    model = minillm.load(chat_model_path)
+    first = minillm.generate(model, prompts[0], max_new_tokens=2, temperature=0)[-2:]
+    shown = model.tokenizer.decode(first)  # the two tokens shown, kept as the reply
+    assert out.startswith(shown + "\n")
+    assert prompts[1] == chat_prompt_ids(model.tokenizer, [
+        USER, {"role": "assistant", "content": shown}, {"role": "user", "content": "And 3+3?"}])
+
+
+def test_the_chat_ends_a_reply_at_a_stop_text_and_keeps_the_text_before_it(chat_model_path,
+                                                                           monkeypatch, capsys):
+    import io
+
+    from minillm.cli import main
+
+    model = minillm.load(chat_model_path)
+    prompt = chat_prompt_ids(model.tokenizer, [USER])
+    reply = model.tokenizer.decode(minillm.generate(model, prompt, max_new_tokens=12,
+                                                    temperature=0, stop_tokens=[END])[len(prompt):])
+    stop = reply[4:6]  # a text inside the reply: it ends there, and is not printed
+    assert len(stop) == 2 and "\\" not in stop and END not in model.tokenizer.encode(reply)
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+    assert main(["chat", "--model_path", chat_model_path, "--temperature", "0",
+                 "--max_new_tokens", "12", "--stop", stop]) == 0
+    assert capsys.readouterr().out == reply[:reply.index(stop)] + "\n"

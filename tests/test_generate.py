@@ -58,7 +58,9 @@ def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
     n = 3 * W  # every row's view fills the window and slides at least twice
     knobs = dict(temperature=data.draw(st.sampled_from([0.0, 0.7, 1.5])),
                  top_k=data.draw(st.sampled_from([None, 5])),
-                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
+                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])),
+                 frequency_penalty=data.draw(st.sampled_from([None, 0.6])),
+                 presence_penalty=data.draw(st.sampled_from([None, 0.8])))
     logits = {}
     for use_cache in (True, False):
         with pytest.MonkeyPatch.context() as m:
@@ -94,6 +96,7 @@ def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
     # Greedy: a sampled batch draws one uniform per row, so its rows read other numbers than
     # a prompt generated alone; greedy decoding and the penalty need no randomness.
     knobs = dict(temperature=0, repetition_penalty=data.draw(st.sampled_from([None, 1.5])),
+                 frequency_penalty=data.draw(st.sampled_from([None, 0.6])),
                  use_cache=data.draw(st.booleans()))
     batch = generate(model, prompts, max_new_tokens=2 * W + 1, **knobs)
     assert batch == [generate(model, p, max_new_tokens=2 * W + 1, **knobs) for p in prompts]
@@ -198,7 +201,8 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
                  top_k=data.draw(st.sampled_from([None, 5])),
                  top_p=data.draw(st.sampled_from([None, 0.9])),
                  min_p=data.draw(st.sampled_from([None, 0.05])),
-                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
+                 repetition_penalty=data.draw(st.sampled_from([None, 1.3])),
+                 presence_penalty=data.draw(st.sampled_from([None, 0.7])))
     n, use_cache = 2 * W + 1, data.draw(st.booleans())  # every row slides at least once
     rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache,
                         return_logprobs=True,

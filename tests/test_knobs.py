@@ -67,6 +67,8 @@ def test_numpy_integers_are_integers(run):
     (dict(repetition_penalty=0), "repetition_penalty: must be a number > 0"),
     (dict(seed=1.5), "seed: must be an integer or None"),
     (dict(penalty_window=0), "penalty_window: must be an integer >= 1"),
+    (dict(frequency_penalty=float("nan")), "frequency_penalty: must be a finite number"),
+    (dict(presence_penalty="0.5"), "presence_penalty: must be a finite number"),
     (dict(config=SamplingConfig()), "config: expected a GenerationConfig"),
     (dict(config=50), r"config: expected a GenerationConfig, got 50 \(knobs go by name: "
                       r"max_new_tokens=50\)"),  # the third positional argument, before config
@@ -82,6 +84,10 @@ def test_off_values_read_as_none_and_the_config_is_frozen():
     assert not knobs.greedy and not knobs.penalises
     assert SamplingConfig(temperature=0).greedy
     assert SamplingConfig(repetition_penalty=1.3).penalises
+    assert SamplingConfig(frequency_penalty=0.5).penalises
+    assert SamplingConfig(presence_penalty=-0.2).penalises
+    off = SamplingConfig(frequency_penalty=0, presence_penalty=0.0)
+    assert (off.frequency_penalty, off.presence_penalty) == (None, None) and not off.penalises
     with pytest.raises(dataclasses.FrozenInstanceError):
         knobs.top_k = 3
     config = generation_config(None, MODEL, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
@@ -113,6 +119,10 @@ def test_every_knob_reaches_every_entry_point_by_name_or_in_a_config(run):
         assert by_name == run(config=generation_config(config, penalty_window=window))
         assert by_name == run(config=GenerationConfig(), **knobs, penalty_window=window)
     assert run(**knobs, penalty_window=1) != run(**knobs, penalty_window=64)
+    counted = dict(knobs, frequency_penalty=1.5, presence_penalty=-0.5)
+    config = GenerationConfig(24, SamplingConfig(0.9, 8, 0.95, 0.01, 5.0, 64, 1.5, -0.5), 3)
+    assert run(**counted) == run(config=config) != run(**knobs)
+    assert run(**counted) != run(**dict(counted, presence_penalty=None))
 
 
 @pytest.mark.parametrize("run", ENTRY_POINTS)
@@ -125,7 +135,8 @@ def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme()
     default = {name: knob.default for name, knob in KNOBS.items()}
     config = GenerationConfig()
     assert dataclasses.asdict(config.sampling) == {name: default[name] for name in (
-        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "penalty_window")}
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "penalty_window",
+        "frequency_penalty", "presence_penalty")}
     assert (config.max_new_tokens, config.seed, config.stop_tokens, config.stop_strings) == (
         default["max_new_tokens"], default["seed"], default["stop_tokens"],
         default["stop_strings"])
@@ -133,7 +144,8 @@ def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme()
     for command in ("generate", "chat", "next"):
         flags = {a.dest: a for a in commands[command]._actions}
         for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-                     "penalty_window") + (("max_new_tokens", "seed") if command != "next" else ()):
+                     "frequency_penalty", "presence_penalty", "penalty_window") + (
+                         ("max_new_tokens", "seed") if command != "next" else ()):
             assert flags[name].default == default[name], (command, name)
             assert KNOBS[name].help in flags[name].help
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

@@ -7,8 +7,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import minillm
-from minillm.sampling import (SamplingConfig, apply_repetition_penalty, filtered_probs,
-                              sample_next_token)
+from minillm.sampling import (SamplingConfig, apply_count_penalties, apply_repetition_penalty,
+                              filtered_probs, sample_next_token)
 from minillm.testing import check_draws
 from minillm.testing.strategies import logits as logit_arrays
 
@@ -236,3 +236,37 @@ def test_sampling_needs_a_generator_but_greedy_does_not():
 def test_exported():
     assert minillm.filtered_probs is filtered_probs
     assert minillm.sample_next_token is sample_next_token
+
+
+@given(logit_rows(max_rows=1), st.floats(-2.0, 2.0), st.floats(-2.0, 2.0),
+       st.sampled_from([None, 1.4]), st.integers(1, 8), st.data())
+def test_frequency_and_presence_follow_their_formula_after_the_repetition_penalty(
+        z, frequency, presence, r, window, data):
+    """z_i -> CTRL_r(z_i) - frequency * c_i - presence * [c_i > 0], c_i the count of token i
+    in the last `window` tokens of the history; then the softmax."""
+    V = z.shape[1]
+    history = data.draw(st.lists(st.integers(0, V - 1), max_size=12))
+    counts = np.bincount(np.array(history[-window:], dtype=np.int64), minlength=V)[None]
+    expected = z if r is None else apply_repetition_penalty(z, counts > 0, r)
+    expected = expected - frequency * counts - presence * (counts > 0)
+    got = filtered_probs(z, frequency_penalty=frequency, presence_penalty=presence,
+                         repetition_penalty=r, penalty_window=window, history=[history])
+    np.testing.assert_allclose(got, softmax_reference(expected), rtol=1e-12, atol=1e-300)
+    np.testing.assert_array_equal(  # the same subtraction, done by the filter itself
+        apply_count_penalties(z, counts, frequency, presence),
+        z - frequency * counts - presence * (counts > 0))
+
+
+def test_frequency_counts_every_repeat_and_presence_only_the_first():
+    z = np.zeros(3)
+    history = [[0, 0, 0, 1]]
+    frequency = filtered_probs(z, frequency_penalty=1.0, history=history)
+    assert frequency[0] < frequency[1] < frequency[2]  # three, one, no repeats
+    np.testing.assert_allclose(np.log(frequency[2] / frequency), [3.0, 1.0, 0.0], atol=1e-12)
+    presence = filtered_probs(z, presence_penalty=1.0, history=history)
+    assert presence[0] == presence[1] < presence[2]
+    np.testing.assert_allclose(np.log(presence[2] / presence), [1.0, 1.0, 0.0], atol=1e-12)
+    padded = filtered_probs(z, frequency_penalty=1.0, history=np.array([[-1, -1, 0, 0, 0, 1]]))
+    np.testing.assert_array_equal(padded, frequency)  # padding (-1) is not a token
+    window = filtered_probs(z, frequency_penalty=1.0, history=history, penalty_window=2)
+    np.testing.assert_allclose(np.log(window[2] / window), [1.0, 1.0, 0.0], atol=1e-12)

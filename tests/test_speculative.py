@@ -99,6 +99,7 @@ KNOBS = {
     "plain": dict(temperature=1.0),
     "filtered": dict(temperature=0.8, top_k=3, top_p=0.9, min_p=0.05),
     "penalty": dict(temperature=1.2, repetition_penalty=1.5),
+    "counted": dict(temperature=1.1, frequency_penalty=0.8, presence_penalty=0.6),
 }
 
 
@@ -194,11 +195,12 @@ def test_greedy_speculative_equals_greedy_target(data):
     prompt = data.draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=1, max_size=15))
     new = data.draw(st.integers(1, 3 * cfg.context_length))  # crosses the window slide
     k = data.draw(st.integers(1, 5))
-    penalty = data.draw(st.sampled_from([None, 1.3]))  # its history must follow the slides too
-    expected = generate(target, prompt, max_new_tokens=new, temperature=0,
-                        repetition_penalty=penalty)
+    # The penalties' history must follow the slides too.
+    penalties = data.draw(st.sampled_from([{}, dict(repetition_penalty=1.3),
+                                           dict(frequency_penalty=0.9, presence_penalty=0.4)]))
+    expected = generate(target, prompt, max_new_tokens=new, temperature=0, **penalties)
     out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
-                                      temperature=0, repetition_penalty=penalty)
+                                      temperature=0, **penalties)
     assert out == expected
     assert stats.new_tokens == new and stats.accepted <= stats.guesses
 

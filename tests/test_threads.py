@@ -1,6 +1,7 @@
 """--threads sets the thread count that NumPy's BLAS itself reports, with or without
 threadpoolctl installed, and restores it afterwards."""
 import sys
+import warnings
 
 import pytest
 
@@ -27,3 +28,86 @@ def test_the_blas_reports_the_threads_asked_for(n, hide_threadpoolctl, monkeypat
     assert main(["inspect", "weights/target.npz", "--threads", str(n)]) == 0
     assert seen == [[n] * len(before)]
     assert blas_thread_counts() == before
+
+
+@pytest.mark.parametrize("hide_threadpoolctl", [True, False])
+def test_minillm_threads_sets_and_restores_in_a_with(hide_threadpoolctl, monkeypatch):
+    import minillm
+
+    before = blas_thread_counts()
+    if hide_threadpoolctl:  # minillm's own setter does the work (this file's import stays)
+        monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    other = 2 if before[0] == 1 else 1
+    with minillm.threads(other):
+        inside = blas_thread_counts()
+    assert inside == [other] * len(before)
+    assert blas_thread_counts() == before
+
+
+@pytest.mark.parametrize("hide_threadpoolctl", [True, False])
+def test_minillm_threads_is_a_setter_too(hide_threadpoolctl, monkeypatch):
+    import minillm
+
+    before = blas_thread_counts()
+    try:
+        if hide_threadpoolctl:
+            monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+        other = 2 if before[0] == 1 else 1
+        minillm.threads(other)
+        assert blas_thread_counts() == [other] * len(before)
+    finally:
+        threadpoolctl.threadpool_limits(limits=before[0], user_api="blas")
+    assert blas_thread_counts() == before
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_minillm_threads_refuses_a_count_that_is_not_a_positive_int(bad):
+    import minillm
+
+    with pytest.raises(ValueError, match="threads: n must be"):
+        minillm.threads(bad)
+
+
+def test_more_blas_threads_than_free_cores_warns_once(monkeypatch):
+    from minillm import blas
+
+    monkeypatch.setattr(blas, "_warned", False)
+    monkeypatch.setattr(blas, "free_cores", lambda: 1)
+    with blas.threads(1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            blas.warn_if_oversubscribed()  # one thread never exceeds one free core
+    with blas.threads(2):
+        with pytest.warns(RuntimeWarning, match="BLAS runs 2 threads but 1 of this machine's "
+                                                "cores is free.*minillm.threads\\(1\\)"):
+            blas.warn_if_oversubscribed()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            blas.warn_if_oversubscribed()  # said once already
+
+
+def test_free_cores_counts_the_cores_left_by_the_load(monkeypatch):
+    from minillm import blas
+
+    monkeypatch.setattr(blas.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for load, free in [(0.0, 4), (0.9, 4), (1.2, 3), (3.5, 1), (9.0, 1)]:
+        monkeypatch.setattr(blas.os, "getloadavg", lambda load=load: (load, load, load))
+        assert blas.free_cores() == free
+
+
+def test_loading_a_model_warns_when_blas_threads_outnumber_the_free_cores(monkeypatch):
+    import minillm
+    from minillm import blas
+
+    monkeypatch.setattr(blas, "_warned", False)
+    monkeypatch.setattr(blas, "free_cores", lambda: 1)
+    with minillm.threads(1), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        minillm.load("weights/target.npz")
+    with minillm.threads(2):
+        with pytest.warns(RuntimeWarning, match="call minillm.threads\\(1\\)") as caught:
+            minillm.load("weights/target.npz")
+        assert caught[0].filename == __file__  # it points at the caller's line
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            minillm.load("weights/target.npz")  # once a process

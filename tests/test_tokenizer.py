@@ -482,7 +482,7 @@ def test_generation_prompt_starts_with_bos_when_the_file_asks():
     for add_bos, first in ((True, [1]), (False, [])):
         tok = Tokenizer.from_gguf(tiny_gguf_metadata(add_bos_token=add_bos))
         model = SimpleNamespace(tokenizer=tok, config=SimpleNamespace(vocab_size=len(tok)))
-        args = SimpleNamespace(text="ab", prompt=None, prompt_ids=None)
+        args = SimpleNamespace(text="ab", prompt=None, prompt_file=None, prompt_ids=None)
         assert prompt_ids(args, model) == first + [260]
 
 

@@ -98,6 +98,30 @@ def test_not_a_zip_missing_file_and_truncated_archive(tmp_path):
         minillm.load(tmp_path / "cut.npz")
 
 
+def test_a_folder_or_a_gguf_file_says_what_it_is_and_what_to_do(tmp_path):
+    with pytest.raises(minillm.WeightsError, match="a folder, not an .npz file$"):
+        minillm.load(tmp_path)
+    (tmp_path / "config.json").write_text("{}")  # the mark of a Hugging Face model folder
+    with pytest.raises(minillm.WeightsError, match="Hugging Face model folder.*minillm convert"):
+        minillm.load(tmp_path)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF" + bytes(20))
+    with pytest.raises(minillm.WeightsError, match=r"m.gguf: a GGUF file, not an .npz file; "
+                                                   r"convert it first: minillm convert .*m.gguf"):
+        minillm.load(tmp_path / "m.gguf")
+
+
+def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
+    model = minillm.random_model(CFG)
+    with pytest.raises(FileNotFoundError) as error:
+        minillm.save(model, tmp_path / "absent" / "m.npz")
+    assert str(error.value) == (f"{tmp_path / 'absent' / 'm.npz'}: no folder "
+                                f"{tmp_path / 'absent'} to write into (create it first)")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="file is a file, not a folder$"):
+        minillm.save(model, tmp_path / "file" / "m.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_corrupted_member_is_reported(tmp_path):
     minillm.save(minillm.random_model(CFG), tmp_path / "good.npz")
     src = zipfile.ZipFile(tmp_path / "good.npz")
@@ -120,3 +144,14 @@ def test_a_saved_file_has_the_permissions_open_would_give_it(tmp_path, umask):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "m.npz").st_mode) == 0o666 & ~umask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]  # no temporary file left
+
+
+@pytest.mark.parametrize("command", [["quantize", "weights/target.npz"],
+                                     ["convert", "not/read/yet.safetensors"]])
+def test_commands_name_a_missing_output_folder_before_their_work(command, tmp_path, capsys):
+    from minillm.cli import main
+
+    out = tmp_path / "absent" / "m.npz"
+    assert main(command + [str(out)]) == 2
+    assert capsys.readouterr().err == (f"minillm {command[0]}: error: {out}: no folder "
+                                       f"{tmp_path / 'absent'} to write into (create it first)\n")

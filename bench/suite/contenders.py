@@ -6,6 +6,7 @@ import numpy as np
 
 import minillm
 from minillm.fast import accelerate
+from minillm.optional import install_hint
 
 from .timing import Missing
 
@@ -51,7 +52,7 @@ def _peer(module, load, m):
     try:
         __import__(module)
     except ImportError:
-        return Missing(f"{module} not installed: pip install -e \".[bench]\"")
+        return Missing(f"{module} not installed: {install_hint('bench')}")
     return _guard(load, m)
 
 

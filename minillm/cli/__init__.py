@@ -2,13 +2,16 @@
 
 Every subcommand module has `add_arguments(parser)` and `run(args) -> int`. Errors a user can
 cause (a missing file, a malformed model, a knob out of range) become one line on stderr and
-exit code 2, never a traceback.
+exit code 2, never a traceback; the library's warnings (a prompt cut to the context) one line
+each, `minillm COMMAND: warning: ...`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
 from . import desk
@@ -56,9 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    command = parser._subparsers._group_actions[0].choices[args.command]
+    if unknown:  # argparse blames the top command; the flags belong to the subcommand's help
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        with blas_threads(args.threads):
+        with blas_threads(args.threads), warnings_as_lines(args.command):
             return COMMANDS[args.command].run(args)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
@@ -66,8 +73,27 @@ def main(argv=None) -> int:
     # WeightsError is a ValueError; an ImportError names a missing optional dependency
     # (torch, safetensors) and how to install it.
     except (UsageError, ValueError, OSError, ImportError) as e:
-        print(f"minillm {args.command}: error: {e}", file=sys.stderr)
+        message = str(e) if isinstance(e, UsageError) else as_flag(str(e), command)
+        print(f"minillm {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+
+
+def as_flag(message: str, command) -> str:
+    """The library names a knob as `top_k: ...`; on the command line it is `--top_k`."""
+    name = message.split(":", 1)[0]
+    flags = {flag for action in command._actions for flag in action.option_strings}
+    return "--" + message if f"--{name}" in flags else message
+
+
+@contextlib.contextmanager
+def warnings_as_lines(name: str):
+    """Show the library's warnings as `minillm NAME: warning: ...` lines on stderr."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"minillm {name}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield

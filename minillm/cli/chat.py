@@ -4,18 +4,21 @@
     minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
     minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
 
-Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat. Each
+Type a message and press Enter; an empty line, end of input (Ctrl-D) or Ctrl-C at the prompt
+ends the chat, and Ctrl-C during a reply stops that reply and returns to the prompt. Each
 turn renders the whole conversation with the model's template, keeps the part of the KV cache
 that the new prompt still begins with, reads only the rest, and streams the reply until an end
 token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id|>,
-<end_of_turn>, ...) or --max_new_tokens. The prompt starts with BOS when the tokenizer asks.
+<end_of_turn>, ...), a --stop text (not printed, and not kept in the conversation) or
+--max_new_tokens. The prompt starts with BOS when the tokenizer asks.
 """
 from __future__ import annotations
 
 import sys
 import time
 
-from .common import UsageError, add_knob_arguments, add_model_argument, knobs_of, load_model
+from .common import (UsageError, add_knob_arguments, add_model_argument, add_stop_argument,
+                     knobs_of, load_model, text_writer)
 
 
 def add_arguments(parser) -> None:
@@ -23,6 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--system", default=None, metavar="TEXT",
                         help="a system message (default: the template's own, if it has one)")
     add_knob_arguments(parser)  # --max_new_tokens: the longest reply
+    add_stop_argument(parser)
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load")
 
@@ -33,13 +37,15 @@ def run(args) -> int:
     from ..chat import chat_prompt_ids
     from ..conversation import Conversation, common_prefix_length, respond
     from ..request import generation_config
+    from ..stopping import cut_at_stop
 
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot chat")
     stops = list(tokenizer.eos_token_ids)
-    config = generation_config(None, model, **knobs_of(args), stop_tokens=stops)
+    config = generation_config(None, model, **knobs_of(args), stop_tokens=stops,
+                               stop_strings=args.stop)
     messages = [] if args.system is None else [{"role": "system", "content": args.system}]
     chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": ""}])  # template check
     conversation = Conversation(model)
@@ -48,24 +54,29 @@ def run(args) -> int:
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
+        line = sys.stdin.readline()  # Ctrl-C here leaves (main prints a newline, exit 130)
         if not line.strip():
             return 0
         messages.append({"role": "user", "content": line.rstrip("\n")})
         prompt = chat_prompt_ids(tokenizer, messages)
         reused = common_prefix_length(conversation.cached, prompt)
         started, reply = time.perf_counter(), []
-        decoder = tokenizer.stream_decoder(skip_special_tokens=True)
-        for token in respond(conversation, prompt, config, rng):
-            reply.append(token)
-            if token not in stops:
-                sys.stdout.write(decoder.push(token))
-                sys.stdout.flush()
-        sys.stdout.write(decoder.flush() + "\n")
+        write = text_writer(tokenizer, sys.stdout, args.stop, hidden=stops)
+        try:
+            for token in respond(conversation, prompt, config, rng):
+                reply.append(token)
+                write([token])
+            stopped = ""
+        except KeyboardInterrupt:  # Ctrl-C stops this reply; another one, at the prompt, leaves
+            # The cache may hold half a step: the next turn reads the conversation afresh.
+            conversation = Conversation(model)
+            stopped = "reply stopped; "
+        write([], end=True)
+        sys.stdout.write("\n")
         sys.stdout.flush()
         seconds = time.perf_counter() - started
-        new = [t for t in reply if t not in stops]
-        messages.append({"role": "assistant", "content": tokenizer.decode(new)})
-        print(f"[{len(prompt)} prompt tokens, {reused} reused from the "
+        text = cut_at_stop(tokenizer.decode([t for t in reply if t not in stops]), args.stop)
+        messages.append({"role": "assistant", "content": text})
+        print(f"[{stopped}{len(prompt)} prompt tokens, {reused} reused from the "
               f"cache; {len(reply)} new tokens, {len(reply) / seconds:.1f} tokens/s]",
               file=sys.stderr)

@@ -4,21 +4,20 @@ the prompt and the knobs as arguments, and the thread setting of NumPy's BLAS.
 Errors a user can cause become a UsageError (or a ValueError from the library): one line on
 stderr and exit code 2.
 
-The thread setting: NumPy's wheels carry their own OpenBLAS, whose C library has a getter
-and a setter for its thread count; ctypes calls them (the library is already loaded, so this
-finds the same copy NumPy uses). Other BLAS builds (MKL, Accelerate, a system OpenBLAS) are
-left alone unless threadpoolctl is installed, which knows them all.
+The thread setting is `minillm.threads` (minillm/blas.py), as in a Python program.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
+import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blas import threads
 from ..knobs import KNOBS
+from ..stopping import find_stop, undecided_length
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
 
@@ -96,10 +95,11 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
         if not fetched.is_file():
             raise UsageError(f"{flag}: {path} is not fetched yet; run: minillm fetch {path}")
         path = fetched
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise UsageError(f"{flag}: no such file or fetched model: {path} (known names: "
                          f"{', '.join(sorted(MODELS))})")
-    model = load(path, fast=False if reference else None)
+    model = load(path, fast=False if reference else None)  # a folder or a GGUF file: its error
+    # says what it is and what to run
     if int8:
         from ..quantize import quantize
 
@@ -110,9 +110,12 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
 # -- arguments: the prompt and the knobs --------------------------------------------------
 
 def add_prompt_arguments(parser) -> None:
-    parser.add_argument("text", nargs="?", default=None, help="the prompt text")
+    parser.add_argument("text", nargs="?", default=None,
+                        help="the prompt text (- reads it from standard input)")
     add_model_argument(parser, required=False)
     parser.add_argument("--prompt", default=None, help="the prompt text (needs a tokenizer)")
+    parser.add_argument("--prompt_file", default=None, metavar="PATH",
+                        help="read the prompt text from a UTF-8 file")
     parser.add_argument("--prompt_ids", default=None, metavar="IDS",
                         help="the prompt as comma-separated token ids, e.g. 1,2,3")
 
@@ -129,6 +132,8 @@ def add_knob_arguments(parser, generation=True) -> None:
     defaults and help read from minillm.knobs.KNOBS."""
     group = parser.add_argument_group("sampling knobs (applied in this order)")
     for name, kind, metavar in (("repetition_penalty", float, "R"),
+                                ("frequency_penalty", float, "F"),
+                                ("presence_penalty", float, "P"),
                                 ("penalty_window", int, "N"), ("temperature", float, "T"),
                                 ("top_k", int, "K"), ("top_p", float, "P"),
                                 ("min_p", float, "P")):
@@ -147,8 +152,8 @@ def add_knob(parser, name: str, kind, metavar: str) -> None:
 
 def knobs_of(args) -> dict:
     """The knobs given on the command line, by name, as minillm.generate takes them."""
-    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "penalty_window",
-             "max_new_tokens", "seed")
+    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
+             "presence_penalty", "penalty_window", "max_new_tokens", "seed")
     knobs = {name: getattr(args, name) for name in names if hasattr(args, name)}
     if getattr(args, "greedy", False):
         knobs["temperature"] = 0.0
@@ -158,18 +163,25 @@ def knobs_of(args) -> dict:
 def prompt_ids(args, model) -> list[int]:
     """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids."""
     given = [name for name, value in (("TEXT", args.text), ("--prompt", args.prompt),
+                                      ("--prompt_file", args.prompt_file),
                                       ("--prompt_ids", args.prompt_ids)) if value is not None]
     if len(given) != 1:
-        raise UsageError("prompt: give exactly one of TEXT, --prompt TEXT or --prompt_ids "
-                         f"1,2,3 (got {', '.join(given) or 'none'})")
+        raise UsageError("prompt: give exactly one of TEXT (- for standard input), --prompt "
+                         f"TEXT, --prompt_file PATH or --prompt_ids 1,2,3 (got "
+                         f"{', '.join(given) or 'none'})")
     if args.prompt_ids is not None:
         ids = parse_ids(args.prompt_ids, "--prompt_ids")
     else:
         if model.tokenizer is None:
-            raise UsageError("--prompt: this model has no tokenizer; give token ids with "
+            raise UsageError(f"{given[0]}: this model has no tokenizer; give token ids with "
                              "--prompt_ids 1,2,3")
-        ids = list(model.tokenizer.encode(args.text if args.prompt is None else args.prompt,
-                                          add_special_tokens=True))  # BOS if the file asks
+        if args.prompt_file is not None:
+            text = read_text_file(args.prompt_file, "--prompt_file")
+        elif args.text == "-":
+            text = utf8(sys.stdin.buffer.read(), "TEXT: standard input")
+        else:
+            text = args.text if args.prompt is None else args.prompt
+        ids = list(model.tokenizer.encode(text, add_special_tokens=True))  # BOS if the file asks
     if not ids:
         raise UsageError(f"{given[0]}: empty prompt")
     vocab = model.config.vocab_size
@@ -177,6 +189,24 @@ def prompt_ids(args, model) -> list[int]:
     if bad:
         raise UsageError(f"{given[0]}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
     return ids
+
+
+def read_text_file(path, flag: str) -> str:
+    """A UTF-8 text file's contents, or a one-line error naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder, not a text file")
+    if not path.is_file():
+        raise UsageError(f"{flag}: no such file: {path}")
+    return utf8(path.read_bytes(), f"{flag}: {path}")
+
+
+def utf8(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                         f"{e.start}); save it as UTF-8") from None
 
 
 def parse_ids(text: str, flag: str) -> list[int]:
@@ -187,6 +217,33 @@ def parse_ids(text: str, flag: str) -> list[int]:
         raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
+ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.?)", re.DOTALL)  # a backslash and what follows
+
+
+def escaped(text: str) -> str:
+    """A text as typed on the command line, its escapes decoded: \\n, \\t, \\r, \\\\ and
+    \\uXXXX (a shell passes "\\n" as a backslash and an n). An argparse type: any other
+    escape is the argument's error."""
+    def decode(match):
+        code = match.group(1)
+        if code in ESCAPES:
+            return ESCAPES[code]
+        if len(code) == 5:  # uXXXX
+            return chr(int(code[1:], 16))
+        raise argparse.ArgumentTypeError(
+            f"unknown escape \\{code} in \"{text}\"; known: \\n \\t \\r \\\\ \\uXXXX (a "
+            "backslash itself is \\\\)")
+    return ESCAPE.sub(decode, text)
+
+
+def add_stop_argument(parser) -> None:
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT", type=escaped,
+                        help="end when the new text contains TEXT, and print the text before "
+                             "it (repeatable; \\n, \\t, \\r, \\\\ and \\uXXXX are decoded; "
+                             "needs a tokenizer)")
+
+
 def stop_tokens(text, model) -> list[int]:
     """--stop_ids, or by default every end token the tokenizer names (<|im_end|> for a chat
     model)."""
@@ -195,56 +252,54 @@ def stop_tokens(text, model) -> list[int]:
     return parse_ids(text, "--stop_ids")
 
 
-# -- the thread setting -------------------------------------------------------------------
+# -- printing the new text --------------------------------------------------------------
 
-# (getter, setter) names in the OpenBLAS builds NumPy ships or links: scipy-openblas (NumPy 2
-# wheels, 64-bit integers), plain OpenBLAS with and without the 64-bit suffix.
-FUNCTIONS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-             ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-             ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-             ("openblas_get_num_threads", "openblas_set_num_threads"))
+def text_writer(tokenizer, out, stop_strings=(), hidden=()):
+    """write(ids) prints tokens as they come: text through the tokenizer's incremental
+    decoder (never half a UTF-8 character), or the ids themselves when there is none.
+
+    The new text (new=True) is printed up to the first stop string, never into it: its end,
+    while it may still grow into a stop string, waits for the next token. New tokens in
+    `hidden` (the end tokens, such as <|im_end|>) are not printed.
+    """
+    decoder = None if tokenizer is None else tokenizer.stream_decoder()
+    known = 0 if tokenizer is None else len(tokenizer)  # a model may have spare ids beyond
+    pending = ""  # new text not printed yet
+    stopped = False
+
+    def write(ids, end=False, new=True):
+        if new and hidden:
+            ids = [i for i in ids if i not in hidden]
+        if decoder is None:
+            out.write("".join(f"{i} " for i in ids))
+        else:
+            text = "".join(decoder.push(i) if i < known else f"<{i}>" for i in ids) \
+                + (decoder.flush() if end else "")
+            if new and stop_strings:
+                text = printable(text, end)
+            out.write(text)
+        out.flush()
+
+    def printable(text, end):
+        nonlocal pending, stopped
+        if stopped:
+            return ""
+        pending += text
+        cut = find_stop(pending, stop_strings)
+        if cut is not None:
+            stopped = True
+            return pending[:cut]
+        ready = len(pending) - (0 if end else undecided_length(pending, stop_strings))
+        text, pending = pending[:ready], pending[ready:]
+        return text
+
+    return write
 
 
-def numpy_openblas():
-    """(get, set) functions of the OpenBLAS that NumPy loaded, or None when none is found."""
-    import numpy
+# -- the thread setting (minillm/blas.py) ------------------------------------------------
 
-    here = Path(numpy.__file__).parent
-    for path in sorted(here.parent.glob("numpy.libs/*openblas*")) + sorted(
-            here.glob(".dylibs/*openblas*")):
-        try:
-            library = ctypes.CDLL(str(path))
-        except OSError:
-            continue
-        for get, set_ in FUNCTIONS:
-            if hasattr(library, get) and hasattr(library, set_):
-                return getattr(library, get), getattr(library, set_)
-    return None
-
-
-@contextlib.contextmanager
 def blas_threads(n: int):
-    """Run the body with NumPy's BLAS on n threads, then restore the previous count."""
+    """A context manager running the command with NumPy's BLAS on n threads (--threads)."""
     if n < 1:
         raise UsageError(f"--threads: must be at least 1, got {n}")
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    if threadpool_limits is not None:
-        with threadpool_limits(limits=n, user_api="blas"):
-            yield
-        return
-    openblas = numpy_openblas()
-    if openblas is None:
-        print(f"minillm: warning: --threads {n} not applied: NumPy's BLAS is not its own "
-              "OpenBLAS; install threadpoolctl to set it", file=sys.stderr)
-        yield
-        return
-    get, set_ = openblas
-    before = get()
-    set_(n)
-    try:
-        yield
-    finally:
-        set_(before)
+    return threads(n)

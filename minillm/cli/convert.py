@@ -38,8 +38,9 @@ def _naming(value):
 def run(args) -> int:
     from ..convert import config_from_json_file, convert
     from ..quantize import quantize
-    from ..weights import save
+    from ..weights import check_folder, save
 
+    check_folder(args.out)
     config = None if args.config is None else config_from_json_file(args.config)
     model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
                     tokenizer=not args.no_tokenizer)

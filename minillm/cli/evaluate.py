@@ -32,15 +32,13 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from ..evaluate import bits_per_byte, evaluate
-    from .common import load_model
+    from .common import load_model, read_text_file
 
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     if model.tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot read a text")
     path = Path(args.text) if args.text is not None else DEFAULT_TEXT
-    if not path.is_file():
-        raise UsageError(f"--text: no such file: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_text_file(path, "--text")
     ids = model.tokenizer.encode(text)
     if args.max_tokens is not None:
         if args.max_tokens < 2:

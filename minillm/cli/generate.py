@@ -6,10 +6,11 @@
     minillm generate --model_path M.npz --int8 "Once upon a time"
     minillm generate --model_path M.npz --draft_model D.npz --draft_k 4 "Once upon a time"
     minillm generate --model_path M.npz --draft ngram "Once upon a time"
-    minillm generate "In the beginning" --stop "." --stop "\n\n"     # end at either text
+    minillm generate "In the beginning" --stop "." --stop "\\n\\n"     # end at either text
     minillm generate "In the beginning" --logprobs --max_new_tokens 10
 
-The text goes to stdout; a one-line summary (tokens, tokens/s) goes to stderr. Generation
+The text goes to stdout; a one-line summary goes to stderr: how long the prompt took to read
+(prefill) and the new tokens after the first (decode), each with its tokens/s. Generation
 ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
 a --stop text, which is not printed.
 
@@ -29,9 +30,8 @@ import sys
 import time
 
 from ..knobs import KNOBS
-from ..stopping import find_stop, undecided_length
-from .common import (UsageError, add_knob_arguments, add_prompt_arguments, knobs_of,
-                     load_model, prompt_ids, stop_tokens)
+from .common import (UsageError, add_knob_arguments, add_prompt_arguments, add_stop_argument,
+                     knobs_of, load_model, prompt_ids, stop_tokens, text_writer)
 
 
 def add_arguments(parser) -> None:
@@ -52,12 +52,13 @@ def add_arguments(parser) -> None:
                              help=f"{KNOBS['k'].help} (default {KNOBS['k'].default})")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
-    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
-                        help="end when the new text contains TEXT, and print the text before "
-                             "it (repeatable; needs a tokenizer)")
+    add_stop_argument(parser)
     parser.add_argument("--stop_ids", default=None, metavar="IDS",
                         help="comma-separated token ids that end the text, e.g. 0,2 "
                              "(default: the tokenizer's end tokens, if any)")
+    parser.add_argument("--show_special", action="store_true",
+                        help="print the end token that ends the text (such as <|im_end|>), "
+                             "which is not printed by default")
     parser.add_argument("--logprobs", action="store_true",
                         help="print a table of every token's log-probability instead of the "
                              "text (layout above)")
@@ -72,69 +73,38 @@ def add_arguments(parser) -> None:
 
 # -- the command ----------------------------------------------------------------------------
 
-def token_stream(model, prompt, args, stats=None):
-    """The iterator of new tokens for these arguments: plain or speculative decoding."""
-    from ..generate import stream
-    from ..speculative import speculative_stream
-
+def drafter(args):
+    """(draft, k) for speculative decoding (a Model or "ngram"), or (None, None) without."""
     draft = args.draft
     if args.draft_model is not None:
         if draft is not None:
             raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
         draft = load_model(args.draft_model, "--draft_model", args.int8, args.reference)
-    if draft is None and args.draft_k is not None:
-        raise UsageError("--draft_k: guesses need a drafter; give --draft_model PATH or "
-                         "--draft ngram")
+    if draft is None:
+        if args.draft_k is not None:
+            raise UsageError("--draft_k: guesses need a drafter; give --draft_model PATH or "
+                             "--draft ngram")
+        return None, None
+    if args.no_cache:
+        raise UsageError("--no_cache: speculative decoding always uses the KV cache")
+    k = KNOBS["k"].default if args.draft_k is None else args.draft_k
+    if k < 1:
+        raise UsageError(f"--draft_k: must be at least 1, got {k}")
+    return draft, k
+
+
+def token_stream(model, prompt, args, stats=None):
+    """The iterator of new tokens for these arguments: plain or speculative decoding."""
+    from ..generate import stream
+    from ..speculative import speculative_stream
+
+    draft, k = drafter(args)
     if draft is not None:
-        if args.no_cache:
-            raise UsageError("--no_cache: speculative decoding always uses the KV cache")
-        k = KNOBS["k"].default if args.draft_k is None else args.draft_k
-        if k < 1:
-            raise UsageError(f"--draft_k: must be at least 1, got {k}")
         return speculative_stream(model, draft, prompt, k=k, stats=stats, **knobs_of(args),
                                   stop_tokens=stop_tokens(args.stop_ids, model),
                                   stop_strings=args.stop)
     return stream(model, prompt, use_cache=not args.no_cache, **knobs_of(args),
                   stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop)
-
-
-def text_writer(tokenizer, out, stop_strings=()):
-    """write(ids) prints tokens as they come: text through the tokenizer's incremental
-    decoder (never half a UTF-8 character), or the ids themselves when there is none.
-
-    The new text (new=True) is printed up to the first stop string, never into it: its end,
-    while it may still grow into a stop string, waits for the next token.
-    """
-    decoder = None if tokenizer is None else tokenizer.stream_decoder()
-    known = 0 if tokenizer is None else len(tokenizer)  # a model may have spare ids beyond
-    pending = ""  # new text not printed yet
-    stopped = False
-
-    def write(ids, end=False, new=True):
-        if decoder is None:
-            out.write("".join(f"{i} " for i in ids))
-        else:
-            text = "".join(decoder.push(i) if i < known else f"<{i}>" for i in ids) \
-                + (decoder.flush() if end else "")
-            if new and stop_strings:
-                text = printable(text, end)
-            out.write(text)
-        out.flush()
-
-    def printable(text, end):
-        nonlocal pending, stopped
-        if stopped:
-            return ""
-        pending += text
-        cut = find_stop(pending, stop_strings)
-        if cut is not None:
-            stopped = True
-            return pending[:cut]
-        ready = len(pending) - (0 if end else undecided_length(pending, stop_strings))
-        text, pending = pending[:ready], pending[ready:]
-        return text
-
-    return write
 
 
 def run(args) -> int:
@@ -147,19 +117,19 @@ def run(args) -> int:
     if args.explain or args.plot:
         return print_explained(model, prompt, args)
     stats = SpeculativeStats()
+    # The first token comes after the prompt is read (prefill); the others one step each.
+    times = [time.perf_counter()]
     tokens = token_stream(model, prompt, args, stats)  # checks every knob before any output
-    write = text_writer(model.tokenizer, sys.stdout, args.stop)
+    hidden = () if args.show_special else stop_tokens(args.stop_ids, model)
+    write = text_writer(model.tokenizer, sys.stdout, args.stop, hidden)
     write(prompt, new=False)
-    start, n = time.perf_counter(), 0
     for token in tokens:
+        times.append(time.perf_counter())
         write([token])
-        n += 1
-    seconds = time.perf_counter() - start
     write([], end=True)
     print(file=sys.stdout)
-    cache = "no cache" if args.no_cache else "KV cache"
-    print(f"[{n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):.1f} tokens/s, {cache}, "
-          f"prompt {len(prompt)} tokens]", file=sys.stderr)
+    read = min(len(prompt), model.config.context_length)  # a longer prompt: its last window
+    print(summary(read, times, "no cache" if args.no_cache else "KV cache"), file=sys.stderr)
     if stats.target_calls:
         print(f"[speculative: {stats.acceptance_rate:.0%} of {stats.guesses} guesses kept, "
               f"{stats.tokens_per_target_call:.2f} tokens per target pass, "
@@ -168,17 +138,41 @@ def run(args) -> int:
     return 0
 
 
+def summary(prompt: int, times: list, cache: str) -> str:
+    """One line: the prompt's reading (prefill, until the first new token) and the decoding of
+    the others, each with its own tokens/s; `times` holds the start and each token's arrival."""
+    n = len(times) - 1
+    if n == 0:
+        return f"[no new tokens; prompt {prompt} tokens, {cache}]"
+    prefill, decode = times[1] - times[0], times[-1] - times[1]
+    line = (f"[prompt {prompt} tokens read in {prefill:.2f} s "
+            f"({prompt / max(prefill, 1e-9):.1f} tokens/s); {n} new token{'' if n == 1 else 's'}")
+    if n > 1:
+        line += (f", the last {n - 1} in {decode:.2f} s "
+                 f"({(n - 1) / max(decode, 1e-9):.1f} tokens/s)")
+    return line + f", {cache}]"
+
+
 def print_logprobs(model, prompt, args) -> int:
     """--logprobs: generate, then print every token with its log-probabilities (layout in the
     module's docstring)."""
-    from ..generate import generate
+    import numpy as np
 
-    if args.draft is not None or args.draft_model is not None:
-        raise UsageError("--logprobs: not with speculative decoding (--draft, --draft_model)")
+    from ..generate import generate
+    from ..logprobs import score_prompts
+    from ..speculative import speculative_generate
+
+    draft, k = drafter(args)
+    knobs = dict(knobs_of(args), stop_tokens=stop_tokens(args.stop_ids, model),
+                 stop_strings=args.stop)
     start = time.perf_counter()
-    rollout = generate(model, prompt, use_cache=not args.no_cache, prompt_logprobs=True,
-                       **knobs_of(args), stop_tokens=stop_tokens(args.stop_ids, model),
-                       stop_strings=args.stop)
+    if draft is None:
+        rollout = generate(model, prompt, use_cache=not args.no_cache, prompt_logprobs=True,
+                           **knobs)
+    else:  # scored under the target's distributions, as plain generation scores them
+        rollout, _ = speculative_generate(model, draft, prompt, k=k, return_logprobs=True,
+                                          **knobs)
+        rollout.prompt_logprobs = score_prompts(model, [np.asarray(prompt)])[0]
     seconds = time.perf_counter() - start
     print("kind\ttoken\tlogprob\traw\ttext")
     for token, raw in zip(prompt, rollout.prompt_logprobs):

@@ -73,7 +73,8 @@ def run(args) -> int:
     print(f"\nmodel:       entropy {h:.3f} nats = {math.exp(h):8.1f} effective choices (e^H)")
     print(f"after knobs: entropy {h_kept:.3f} nats = {math.exp(h_kept):8.1f} effective choices; "
           f"{int((kept_p > 0).sum())} of {V} tokens survive")
-    if knobs["repetition_penalty"] is None:  # the window of a penalty that is off
+    if all(knobs[name] is None for name in ("repetition_penalty", "frequency_penalty",
+                                            "presence_penalty")):  # the window of no penalty
         del knobs["penalty_window"]
     on = [f"{k} {v}" for k, v in knobs.items() if v is not None]
     print("knobs: " + ", ".join(on) + ("  (temperature 0: greedy)" if args.temperature == 0

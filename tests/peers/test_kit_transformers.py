@@ -9,9 +9,11 @@ written down in docs/TESTING.md.
 import numpy as np
 import pytest
 
+from minillm.optional import install_hint
+
 torch = pytest.importorskip("torch", reason="the transformers peers need torch")
 transformers = pytest.importorskip("transformers", reason="the transformers peers need "
-                                   "transformers (pip install minillm[peers])")
+                                   f"transformers ({install_hint('peers')})")
 
 from minillm.sampling import SamplingConfig  # noqa: E402
 from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,  # noqa

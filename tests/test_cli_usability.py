@@ -1,0 +1,156 @@
+"""What a user types and reads: stop texts as typed, end tokens, prompts from a file or standard
+input, long prompts, the summary line, and errors in the command line's own words."""
+import io
+import types
+
+import numpy as np
+import pytest
+
+import minillm
+from minillm.cli import main
+from tests.test_cli import files, run_cli  # noqa: F401 (a fixture)
+
+
+def greedy_text(path, prompt, n, **knobs):
+    model = minillm.load(path)
+    ids = model.tokenizer.encode(prompt)
+    return model, ids, minillm.generate(model, ids, max_new_tokens=n, temperature=0,
+                                        **knobs)[len(ids):]
+
+
+def test_stop_texts_are_decoded_as_typed(files, capsys):
+    model, _, new = greedy_text(files["text"], "Hi", 12)
+    text = model.tokenizer.decode(new)
+    stop = text[3:5]
+    assert "\\" not in stop  # so that escaping it below is what decodes it
+    typed = "".join(f"\\u{ord(c):04x}" for c in stop)  # "\u0041\u0062": the same text, escaped
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi",
+                           "--max_new_tokens", 12, "--greedy", "--stop", typed)
+    assert code == 0 and out == "Hi" + text[:text.index(stop)] + "\n"
+    with pytest.raises(SystemExit) as exit:  # argparse's own error: one line, exit code 2
+        main(["generate", "--model_path", files["text"], "Hi", "--stop", "a\\qb"])
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == "" and err.startswith(
+        "minillm generate: error: argument --stop: unknown escape \\q in \"a\\qb\"")
+
+
+@pytest.mark.parametrize("typed, text", [("\\n\\n", "\n\n"), ("a\\tb", "a\tb"),
+                                         ("\\\\n", "\\n"), ("\\u00e9t\\u00e9", "été"),
+                                         ("plain", "plain"), ("\\r\\n", "\r\n")])
+def test_the_escapes_of_a_stop_text(typed, text):
+    from minillm.cli.common import escaped
+
+    assert escaped(typed) == text
+
+
+def test_the_help_prints_its_example_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # the help's lines are wrapped
+    assert '--stop "\\n\\n"' in out and "\\n, \\t, \\r, \\\\ and \\uXXXX are decoded" in out
+
+
+def test_the_end_token_is_not_printed_unless_asked(files, capsys):
+    model, _, new = greedy_text(files["text"], "Hi", 6)
+    end = new[3]  # taken as the end token: the text ends with it
+    shown = model.tokenizer.decode(new[:3])
+    for extra, expected in (([], shown), (["--show_special"], shown +
+                                           model.tokenizer.decode([end]))):
+        code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi",
+                               "--max_new_tokens", 6, "--greedy", "--stop_ids", end, *extra)
+        assert code == 0 and out == "Hi" + expected + "\n"
+
+
+def test_the_prompt_from_standard_input_or_a_file(files, capsys, monkeypatch, tmp_path):
+    _, _, new = greedy_text(files["text"], "Hi there", 5)
+    expected = [" ".join(map(str, new))]
+    (tmp_path / "prompt.txt").write_text("Hi there", encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(buffer=io.BytesIO(b"Hi there")))
+    outs = []
+    for source in (["-"], ["--prompt_file", tmp_path / "prompt.txt"], ["Hi there"]):
+        code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], *source,
+                                 "--max_new_tokens", 5, "--greedy")
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1] == outs[2] == "Hi there" + minillm.load(
+        files["text"]).tokenizer.decode(new) + "\n"
+
+
+@pytest.mark.parametrize("flag", ["--prompt_file", "--text"])
+def test_a_text_file_that_is_not_utf8_or_is_a_folder_is_named(files, capsys, tmp_path, flag):
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    command = ["generate"] if flag == "--prompt_file" else ["eval"]
+    code, _, err = run_cli(capsys, *command, "--model_path", files["text"], flag,
+                           tmp_path / "latin1.txt")
+    assert code == 2 and err == (f"minillm {command[0]}: error: {flag}: {tmp_path / 'latin1.txt'}"
+                                 " is not UTF-8 text (byte 0xe9 at offset 3); save it as UTF-8\n")
+    code, _, err = run_cli(capsys, *command, "--model_path", files["text"], flag, tmp_path)
+    assert code == 2 and err.endswith(f"{flag}: {tmp_path} is a folder, not a text file\n")
+
+
+def test_a_model_path_that_is_a_folder_or_a_gguf_file_says_what_to_do(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    code, _, err = run_cli(capsys, "generate", "--model_path", tmp_path, "Hi")
+    assert code == 2 and "a folder (a Hugging Face model folder?), not an .npz file; convert " \
+        "it first: minillm convert" in err
+    (tmp_path / "m.gguf").write_bytes(b"GGUF" + bytes(28))
+    code, _, err = run_cli(capsys, "chat", "--model_path", tmp_path / "m.gguf")
+    assert code == 2 and err == (f"minillm chat: error: {tmp_path / 'm.gguf'}: a GGUF file, "
+                                 f"not an .npz file; convert it first: minillm convert "
+                                 f"{tmp_path / 'm.gguf'} model.npz\n")
+
+
+def test_a_long_prompt_is_cut_with_a_warning(files, capsys):
+    model = minillm.load(files["ids"])  # context 16
+    with pytest.warns(UserWarning, match="^prompt: 20 tokens, longer than the model's context "
+                                         "of 16: only the last 16 are read$"):
+        minillm.generate(model, list(range(1, 21)), max_new_tokens=2)
+    with pytest.warns(UserWarning, match="^prompt 1: 17 tokens"):
+        minillm.generate(model, [[1, 2], list(range(1, 18))], max_new_tokens=2)
+    with pytest.warns(UserWarning, match="^prompt: 18 tokens"):
+        minillm.speculative_generate(model, "ngram", list(range(1, 19)), max_new_tokens=2)
+    code, _, err = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                           ",".join(map(str, range(1, 21))), "--max_new_tokens", 2)
+    lines = err.splitlines()
+    assert code == 0 and lines[0] == ("minillm generate: warning: prompt: 20 tokens, longer "
+                                      "than the model's context of 16: only the last 16 are read")
+    assert lines[1].startswith("[prompt 16 tokens read in ") and "; 2 new tokens, the last 1 " \
+        "in " in lines[1]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["generate", "--top_k", "-1", "Hi"], "minillm generate: error: --top_k: must be an "
+                                          "integer >= 0"),
+    (["next", "--frequency_penalty", "nan", "Hi"], "minillm next: error: --frequency_penalty: "
+                                                   "must be a finite number"),
+    (["generate", "--no_such_flag", "Hi"], "minillm generate: error: unrecognized arguments: "
+                                           "--no_such_flag (see minillm generate --help)"),
+    (["chat", "--model_path", "x.npz", "--nope"], "minillm chat: error: unrecognized "
+                                                  "arguments: --nope (see minillm chat --help)")])
+def test_errors_name_the_flag_and_the_help_of_the_subcommand(files, capsys, argv, expected):
+    try:
+        code = main([a if a != "Hi" else "Hi" for a in argv] + (
+            ["--model_path", files["text"]] if argv[0] != "chat" else []))
+    except SystemExit as exit:
+        code = exit.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(expected) and len(err.splitlines()) == 1
+
+
+def test_frequency_and_presence_penalties_on_the_command_line(files, capsys):
+    model = minillm.load(files["ids"])
+    knobs = dict(max_new_tokens=12, seed=3, frequency_penalty=3.0, presence_penalty=2.0)
+    expected = minillm.generate(model, [1, 2, 3], **knobs)[3:]
+    assert expected != minillm.generate(model, [1, 2, 3], max_new_tokens=12, seed=3)[3:]
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                           "1,2,3", "--max_new_tokens", 12, "--seed", 3, "--frequency_penalty",
+                           3.0, "--presence_penalty", 2.0)
+    assert code == 0 and [int(t) for t in out.split()] == [1, 2, 3] + expected
+    probs = minillm.filtered_probs(
+        model.forward(np.array([[1, 2, 3]]))[0, -1], frequency_penalty=3.0, presence_penalty=2.0,
+        history=[1, 2, 3])
+    code, out, _ = run_cli(capsys, "next", "--model_path", files["ids"], "--prompt_ids", "1,2,3",
+                           "--frequency_penalty", 3.0, "--presence_penalty", 2.0, "--top", 1)
+    best = int(np.argmax(probs))
+    assert code == 0 and f"#{best} " in out and f"{probs[best]:7.4f}" in out
+    assert "frequency_penalty 3.0, presence_penalty 2.0, penalty_window 64" in out
