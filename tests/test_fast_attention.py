@@ -108,3 +108,20 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
     scored = sum(size for size, _ in tiles) / (B * K * group)
     assert scored < 0.6 * T * T
     np.testing.assert_allclose(got, reference(q, k, v, 0, None), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("cache_layout", [True, False])
+def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
+    """One query against 4,096 cached positions: the memory NumPy allocates during the call
+    (tracemalloc sees every array's buffer) stays far below one copy of the keys, in the
+    cache's transposed layout and in a plain one."""
+    import tracemalloc
+
+    q, k, v = inputs(np.random.default_rng(2), 1, 3, 3, 1, 4095, 64, dtype=np.float32,
+                     cache_layout=cache_layout)
+    fast.causal_attention(q, k, v, 4095)  # warm-up: NumPy's own caches
+    tracemalloc.start()
+    fast.causal_attention(q, k, v, 4095)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < k.nbytes / 8, (peak, k.nbytes)
