@@ -217,30 +217,31 @@ QUERY_ROWS = 64
 SCORE_ENTRIES = 2 ** 19
 
 
-def causal_attention(q, k, v, start: int = 0, pad=None):
-    """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` with the mask of
-    `model._positions_and_mask(B, T, start, pad)`, computed one tile of scores at a time.
+def causal_attention(q, k, v, mask=None):
+    """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` for the causal
+    masks a forward pass builds (`model._positions_and_mask`), computed a tile at a time.
 
-    Query t (row index i = start + t) sees key j when j <= i and j is not padding
-    (j >= pad[b]); a padding query sees itself. A block of queries [t0, t1) therefore sees no
-    key past start + t1 - 1: only keys [0, start + t1) are scored, and the masked triangle
-    beyond is never computed. Those keys are taken a block at a time with the running
-    ("online") softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022): with
-    m the running maximum of a query's scores, l its running sum of exp(s - m) and a its
-    running sum of exp(s - m) v, a new block of scores s_J moves them to
+    Causal: with S - T keys cached before the T queries, query t sees no key past S - T + t.
+    A block of queries [t0, t1) is therefore scored against keys [0, S - T + t1) only: the
+    masked triangle beyond is never computed. Those keys are taken a block at a time with the
+    running ("online") softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022):
+    with m the running maximum of a query's scores, l its running sum of exp(s - m) and a its
+    running sum of exp(s - m) v, a block of scores s_J moves them to
 
-        m' = max(m, max_j s_j),   c = exp(m - m'),
-        l' = c l + sum_j exp(s_j - m'),   a' = c a + sum_j exp(s_j - m') v_j,
+        m' = max(m, max_J s_j),   c = exp(m - m'),
+        l' = c l + sum_J exp(s_j - m'),   a' = c a + sum_J exp(s_j - m') v_j,
 
-    and the output is a / l once every block is in: the same softmax, its sum split in parts.
+    and the output is a / l once every block is in: the same softmax, its sums split in parts.
+    Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
     Extra memory: one tile of scores, at most max(SCORE_ENTRIES, B H QUERY_ROWS^2) entries,
     whatever T and S; keys and values are read in place (views of the cache, no copy).
 
-    q: (B, H, T, d); k, v: (B, K, start + T, d) with K dividing H; pad: None or (B,) counts.
+    q: (B, H, T, d); k, v: (B, K, S, d) with K dividing H, S >= T; mask: None (every key
+    visible) or booleans broadcastable to (B, 1, 1, T, S), True where a key is visible.
     Returns (B, H, T, d).
     """
     B, H, T, d = q.shape
-    K = k.shape[1]
+    K, S = k.shape[1], k.shape[2]
     group = H // K
     rows = min(T, QUERY_ROWS)  # queries per block
     step = max(rows, SCORE_ENTRIES // (B * H * rows))  # keys per block
@@ -249,13 +250,17 @@ def causal_attention(q, k, v, start: int = 0, pad=None):
     scale = 1.0 / math.sqrt(d)
     for t0 in range(0, T, rows):
         t1 = min(t0 + rows, T)
-        n, seen = t1 - t0, start + t1  # the block's queries, the keys they may see
+        n, seen = t1 - t0, S - T + t1  # the block's queries, the keys they may see
         qb = (q[:, :, :, t0:t1] * scale).reshape(B, K, group * n, d)
         m = total = acc = None
         for j0 in range(0, seen, step):
             j1 = min(j0 + step, seen)
             scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)  # (B, K, group*n, j1 - j0)
-            _hide(scores.reshape(B, K, group, n, j1 - j0), start + t0, j0, pad)
+            if mask is not None:
+                visible = np.asarray(mask)[..., t0:t1, j0:j1]  # (n, J) or (B, 1, 1, n, J)
+                if not visible.all():
+                    np.copyto(scores.reshape(B, K, group, n, j1 - j0), -np.inf,
+                              where=~visible)
             m, total, acc = _running_softmax(scores, v[:, :, j0:j1], m, total, acc)
         out[:, :, :, t0:t1] = (acc / total).reshape(B, K, group, n, d)
     return out.reshape(B, H, T, d)
@@ -278,19 +283,3 @@ def _running_softmax(scores, v, m, total, acc):
         return m_new, block_total, block_acc
     c = np.exp(m - shift)
     return m_new, c * total + block_total, c * acc + block_acc
-
-
-def _hide(scores, first: int, j0: int, pad) -> None:
-    """Set to -inf the scores (B, K, group, n, J) of keys j0 .. j0 + J - 1 hidden from the
-    queries at row indices first .. first + n - 1 (causality, then padding)."""
-    n, J = scores.shape[-2:]
-    causal = j0 + J - 1 > first  # some key is past some query of the block
-    padded = pad is not None and j0 < pad.max()
-    if not (causal or padded):
-        return
-    index = np.arange(first, first + n)[:, None]  # (n, 1)
-    keys = np.arange(j0, j0 + J)  # (J,)
-    hidden = keys > index  # (n, J)
-    if padded:
-        hidden = (hidden | ((keys < pad[:, None, None]) & (keys != index)))[:, None, None]
-    np.copyto(scores, -np.inf, where=hidden)  # hidden: (n, J) or (B, 1, 1, n, J)

@@ -1,8 +1,8 @@
 """The tiled causal attention of minillm/fast.py computes what `layers.attention` computes.
 
-`fast.causal_attention(q, k, v, start, pad)` scores each block of queries against only the keys
-it may see, a block of keys at a time, with a running softmax. The reference is the formula
-with the whole mask of `model._positions_and_mask`. Hypothesis draws the shapes (batch, key
+`fast.causal_attention(q, k, v, mask)` scores each block of queries against only the keys it
+may see, a block of keys at a time, with a running softmax. Both get the mask a forward pass
+builds (`model._positions_and_mask`). Hypothesis draws the shapes (batch, key
 heads, query heads per key head), the offset of a cache (`start`, as in decoding and after a
 slide), left padding per row, keys stored as the cache stores them or contiguous, and block
 sizes small enough that every kind of edge occurs: a tile on the causal diagonal, a tile all
@@ -20,11 +20,13 @@ from minillm.model import _positions_and_mask
 ATOL = 1e-12  # float64: the same sums, split in blocks and rescaled by exp(m - m')
 
 
+def mask_of(q, start, pad):
+    """The mask a forward pass builds for these queries after `start` cached tokens."""
+    return _positions_and_mask(q.shape[0], q.shape[2], start, pad)[1]
+
+
 def reference(q, k, v, start, pad):
-    """layers.attention with the mask a forward pass builds for these positions."""
-    B, _, T, _ = q.shape
-    _, mask = _positions_and_mask(B, T, start, pad)
-    return attention(q, k, v, mask)
+    return attention(q, k, v, mask_of(q, start, pad))
 
 
 def inputs(rng, B, K, group, T, start, d, dtype=np.float64, cache_layout=False):
@@ -63,7 +65,7 @@ def test_tiled_causal_attention_equals_reference(data):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fast, "QUERY_ROWS", rows)
         patch.setattr(fast, "SCORE_ENTRIES", B * K * group * min(rows, T) * keys)
-        got = fast.causal_attention(q, k, v, start, pad)
+        got = fast.causal_attention(q, k, v, mask_of(q, start, pad))
     assert got.shape == expected.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
 
@@ -73,14 +75,14 @@ def test_default_blocks_equal_reference_over_a_long_cache(start, T):
     """The constants as shipped: several query blocks (150 > QUERY_ROWS); 70 queries after
     2,900 cached tokens, whose keys are more than one block at 4 heads; a decoding step."""
     q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, cache_layout=True)
-    got = fast.causal_attention(q, k, v, start)
+    got = fast.causal_attention(q, k, v, mask_of(q, start, None))
     np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
 
 
 def test_float32_stays_float32():
     q, k, v = inputs(np.random.default_rng(0), 2, 2, 3, 20, 5, 8, dtype=np.float32)
     pad = np.array([0, 6])
-    got = fast.causal_attention(q, k, v, 5, pad)
+    got = fast.causal_attention(q, k, v, mask_of(q, 5, pad))
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, reference(q, k, v, 5, pad), rtol=0, atol=1e-5)
 
@@ -101,7 +103,7 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
         return running(scores, values, *state)
 
     monkeypatch.setattr(fast, "_running_softmax", spy)
-    got = fast.causal_attention(q, k, v)
+    got = fast.causal_attention(q, k, v, mask_of(q, 0, None))
     assert max(size for size, _ in tiles) <= bound < B * K * group * T * T // 2
     assert all(view for _, view in tiles)
     # Only the keys a block may see are scored: about half of the T x T square.
@@ -119,9 +121,9 @@ def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
 
     q, k, v = inputs(np.random.default_rng(2), 1, 3, 3, 1, 4095, 64, dtype=np.float32,
                      cache_layout=cache_layout)
-    fast.causal_attention(q, k, v, 4095)  # warm-up: NumPy's own caches
+    fast.causal_attention(q, k, v)  # warm-up: NumPy's own caches
     tracemalloc.start()
-    fast.causal_attention(q, k, v, 4095)
+    fast.causal_attention(q, k, v)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < k.nbytes / 8, (peak, k.nbytes)
