@@ -5,15 +5,22 @@ llama.cpp on the original Q4_1 file, each in a process of its own, with its peak
     python -m bench --only real-long                    # about 15 minutes on 2 cores
     python -m bench --quick --only real-long            # 256 and 512 tokens: a check that runs
 
-One thread whatever --threads says. The prompts are random token ids (seeded), as long as the case says; every contender reads
-the same ids. A run is the prompt then n new tokens into a fresh cache (real_worker): its
-prefill is the prompt's tokens over the time to the first new token, its decode the other
-n - 1 tokens over the time after it, at positions just past the prompt. Prefill runs ask for
-one new token; the decode positions are prompts of that length with DECODE_TOKENS new ones
-(their prefill is a row too). Lengths go up one at a time, every contender once per round
-(A B C), so a slow minute of the shared machine hits all of them; the long cases run once.
-Each prefill row's note gives the process's peak resident memory so far (VmHWM, loading
-included): since lengths only grow, it is the peak of the longest text read yet.
+One thread whatever --threads says. The prompts are random token ids (seeded), as long as the
+case says; every contender reads the same ids. A run is the prompt then n new tokens into a
+fresh cache (real_worker): its prefill is the prompt's tokens over the time to the first new
+token, its decode the other n - 1 tokens over the time after it, at positions just past the
+prompt. Prefill runs ask for one new token; the decode positions are prompts of that length
+with DECODE_TOKENS new ones (their prefill is a row too). Lengths go up one at a time, every
+contender once per round (A B C), so a slow minute of the shared machine hits all of them; the
+long cases run once. Each prefill row's note gives the process's peak resident memory so far
+(VmHWM, loading included): since lengths only grow, it is the peak of the longest text read
+yet.
+
+The slide: after a prompt as long as the context (8,192 tokens), minillm asks for a second new
+token, which no longer fits the window: that step keeps the newest half of the text (4,096
+tokens) and reads it again from scratch. Its time is the "slide" row, next to the prefill of
+4,096 tokens. (transformers and llama.cpp have no sliding window: past their context they
+fail or leave the trained positions, so they are not asked.)
 """
 from __future__ import annotations
 
@@ -48,6 +55,11 @@ def prompt_ids(length: int, vocab: int) -> list:
     return np.random.default_rng(length).integers(0, vocab, size=length).tolist()
 
 
+def slides(name: str, length: int) -> int:
+    """1 when this run adds a token that makes `name` slide its window (minillm only), else 0."""
+    return int(name == "minillm f32" and length == CONTEXT)
+
+
 def measure(threads: int, runs: list, vocab: int, repeats: int) -> tuple:
     """({name: Worker or Missing}, {(length, name): [answers]}): every contender once per round,
     length by length, the shortest first."""
@@ -65,7 +77,7 @@ def measure(threads: int, runs: list, vocab: int, repeats: int) -> tuple:
             for name, w in workers.items():
                 if isinstance(w, Missing):
                     continue
-                reply = w.ask({"prompt": ids, "new": new})
+                reply = w.ask({"prompt": ids, "new": new + slides(name, length)})
                 if "error" in reply:
                     w.quit()
                     workers[name] = Missing(reply["error"])
@@ -91,8 +103,9 @@ def run(ctx):
 
 
 def rows(runs, workers, answers) -> list:
-    """The prefill rows (every length), then the decode rows (the decode positions)."""
-    prefill, decode = [], []
+    """The prefill rows (every length), then the decode rows (the decode positions), then the
+    slide's."""
+    prefill, decode, slide = [], [], []
     for length, new in runs:
         for name, w in workers.items():
             got = answers.get((length, name))
@@ -115,7 +128,14 @@ def rows(runs, workers, answers) -> list:
                 decode.append(Row("real-long", f"decode at {length}", name, "tokens/s",
                                   [(new - 1) / a["decode_s"] for a in got],
                                   note=f"{new - 1} tokens after the first{same}"))
-    return prefill + decode
+            if slides(name, length):
+                half = answers.get((length // 2, name), [{}])[-1].get("prefill_s")
+                compared = f"; a prefill of {length // 2} tokens: {half:.1f} s" if half else ""
+                slide.append(Row("real-long", f"slide of a full {length}-token window", name,
+                                 "s", [a["decode_s"] for a in got],
+                                 note=f"one step: the newest {length // 2} tokens read "
+                                      f"again{compared}"))
+    return prefill + decode + slide
 
 
 def goals(results, compare, lines) -> None:
