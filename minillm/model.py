@@ -165,7 +165,8 @@ class Model:
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
-        out = attention(q, k, v, mask)  # (B, H, T, d)
+        attend = fast_path.causal_attention if self.fast else attention
+        out = attend(q, k, v, mask)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
