@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 
 ARCHS = ("classic", "modern")
+# The longest context a config may declare: 2^20 positions, beyond any model minillm reads
+# (docs/FORMAT.md); a larger number is a damaged or hostile file, not a model.
+MAX_CONTEXT_LENGTH = 2**20
 ACTIVATIONS = {"classic": ("gelu", "gelu_tanh"), "modern": ("silu", "gelu", "gelu_tanh")}
 
 
@@ -69,6 +73,11 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: must be a positive number, got {value!r}")
+            if not value <= sys.float_info.max:  # inf, or an int no float can hold
+                raise ValueError(f"{name}: must be a finite float, got {value!r}")
+        if self.context_length > MAX_CONTEXT_LENGTH:
+            raise ValueError(f"context_length: at most {MAX_CONTEXT_LENGTH} (2^20), got "
+                             f"{self.context_length}")
         for name in ("tie_embeddings", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be true or false, got {getattr(self, name)!r}")

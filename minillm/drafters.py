@@ -83,13 +83,7 @@ def first_layers(model, n_layers: int):
     config = dataclasses.replace(model.config, n_layers=n_layers)
     params = {name: w for name, w in model.params.items()
               if not name.startswith("layers.") or int(name.split(".")[1]) < n_layers}
-    # Built without the fast path, so nothing is prepared a second time; then it multiplies by
-    # the target's own prepared weights (those of the kept layers, and any the fast path added).
-    draft = dataclasses.replace(model, config=config, params=params, fast=False)
-    draft.fast = model.fast
-    draft.weights = {name: w for name, w in model.weights.items()
-                     if name in params or name not in model.params}
-    return draft
+    return dataclasses.replace(model, config=config, params=params)
 
 
 class NgramDrafter:

@@ -1,26 +1,27 @@
-"""The fast path: how the same products are made quicker on a real machine.
+"""The fast path: how the same model is made quicker on a real machine.
 
 The algorithm files hold the reference: `layers.linear` is `x @ W.T + b` and an int8 weight's
 product is `s_r (Q_r . x)`. This module changes *how* those products run, never *what* they
 compute: memory layouts chosen per matrix, big products cut into blocks that BLAS handles
 better, a few rows by a large matrix as one matrix-vector product each, a second copy of a
 tied output layer in the other layout, int8 widened a block at a time into a reused buffer.
-`Model(..., fast=True)` (the default) calls `prepare` once and multiplies by the weights it
-returns; `Model(..., fast=False)`, or MINILLM_FAST=0 in the environment, runs the reference.
-tests/test_fast.py proves the two equal; docs/PERFORMANCE.md holds the measurements behind
-every device (`python -m bench.studies.few_rows`, ...).
 
-Each prepared weight is an object with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
-already speaks for quantized weights, so the model code is the same on both paths.
+`accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
+replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
+already speaks for quantized weights), so that the reference forward pass runs unchanged on
+them. `reference(model)` gives the plain model back. tests/test_fast.py proves the two equal;
+docs/PERFORMANCE.md holds the measurements behind every device
+(`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 
 import numpy as np
 
-from .quantize import QuantizedWeight
+from .model import Model
+from .quantize import QuantizedWeight, is_linear_weight
 
 # OpenBLAS multiplies products of up to this many multiply-adds (M x N x K) where the operands
 # lie; larger ones are first packed into blocks, which for a few rows of x costs more than the
@@ -44,31 +45,57 @@ CACHED_MATRIX = 2 ** 20  # 4 MiB in float32
 BLOCK_BYTES = 1024 * 1024
 
 
-def enabled() -> bool:
-    """The default of `Model(fast=...)`: on, unless MINILLM_FAST=0 is set."""
-    return os.environ.get("MINILLM_FAST", "1") != "0"
+def accelerate(model: Model) -> "FastModel":
+    """The same model (configuration, parameter values, tokenizer), multiplying faster."""
+    return FastModel(model.config, dict(model.params), model.tokenizer)
+
+
+def reference(model: Model) -> Model:
+    """The plain model of a fast one (or of a plain one): its parameters as arrays and
+    QuantizedWeights, multiplied by the formulas of the algorithm files."""
+    params = {name: (QuantizedWeight(w.q, w.scale, w.bits) if isinstance(w, QuantizedWeight)
+                     else w.w if isinstance(w, Dense) else w)
+              for name, w in model.params.items()}
+    return Model(model.config, params, model.tokenizer)
+
+
+@dataclasses.dataclass(eq=False)
+class FastModel(Model):
+    """A Model whose parameters are prepared for speed (`prepare`), whatever it is made from:
+    `dataclasses.replace(fast_model, config=..., params=...)` and `minillm.quantize(fast_model)`
+    give fast models too, preparing only what is not prepared yet."""
+
+    def __post_init__(self):
+        self.params = prepare(self.params, self.config.tie_embeddings)
+        super().__post_init__()
+
+    def attend(self, q, k, v, mask):
+        """The same attention a tile at a time, the causal mask's hidden half never computed
+        (`causal_attention`)."""
+        return causal_attention(q, k, v, mask)
 
 
 def prepare(params: dict, tie_embeddings: bool) -> dict:
-    """The weights a forward pass multiplies by, by canonical name: float linear weights as
-    `Dense`, quantized ones as `Int8`, everything else (embeddings, norms, biases) as it is.
+    """The parameters as the fast path multiplies them, by canonical name: float linear weights
+    as `Dense`, quantized ones as `Int8`, everything else (norms, biases, an untied embedding)
+    as it is; what is already prepared stays as it is.
 
-    A tied output layer gets its own entry, "lm_head.weight": a `Dense` that reads the token
-    embedding row-major and keeps a column-major copy for one-row products.
+    A tied token embedding, which is also the output layer, becomes a `Dense` that reads the
+    embedding row-major (lookups, products of several rows) and keeps a column-major copy for
+    one-row products.
     """
-    weights = {}
+    prepared = {}
     for name, w in params.items():
-        if isinstance(w, QuantizedWeight):
-            weights[name] = Int8(w)
-        elif isinstance(w, np.ndarray) and w.ndim == 2 and not name.endswith("emb.weight"):
-            weights[name] = Dense(laid_out(w))
+        head = name == "tok_emb.weight" and tie_embeddings
+        if isinstance(w, (Dense, Int8)) or not (head or is_linear_weight(name)):
+            prepared[name] = w
+        elif isinstance(w, QuantizedWeight):
+            prepared[name] = Int8(np.ascontiguousarray(w.q), w.scale, w.bits)  # row blocks
+        elif head:
+            prepared[name] = Dense(w, columns=np.asfortranarray(w))
         else:
-            weights[name] = w
-    if tie_embeddings:
-        embedding = params["tok_emb.weight"]
-        weights["lm_head.weight"] = (Int8(embedding) if isinstance(embedding, QuantizedWeight)
-                                     else Dense(embedding, columns=np.asfortranarray(embedding)))
-    return weights
+            prepared[name] = Dense(laid_out(w))
+    return prepared
 
 
 def laid_out(w: np.ndarray) -> np.ndarray:
@@ -85,16 +112,26 @@ def laid_out(w: np.ndarray) -> np.ndarray:
 
 
 class Dense:
-    """A float weight W (out, in), possibly with a column-major copy for one-row products."""
+    """A float weight W (out, in), possibly with a column-major copy for one-row products.
+
+    It reads like the array it holds where the rest of minillm reads parameters: rows by
+    index (an embedding's lookup), `np.asarray(dense)` (saving, quantizing), shape, dtype.
+    """
 
     def __init__(self, w: np.ndarray, columns: np.ndarray | None = None):
         self.w, self.columns = w, columns
-        self.shape, self.dtype = w.shape, w.dtype
+        self.shape, self.dtype, self.ndim, self.size = w.shape, w.dtype, w.ndim, w.size
 
     @property
     def nbytes(self) -> int:
-        """Bytes held beyond the parameter itself: the column-major copy, if any."""
-        return 0 if self.columns is None else self.columns.nbytes
+        """Bytes held: W, and the column-major copy if there is one."""
+        return self.w.nbytes + (0 if self.columns is None else self.columns.nbytes)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self.w[rows]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.array(self.w, dtype=dtype, copy=copy)
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x @ W.T for x (..., in) -> (..., out)."""
@@ -156,21 +193,18 @@ def blocks(out_features: int, per_row: int):
     return [(start, min(start + rows, out_features)) for start in range(0, out_features, rows)]
 
 
-class Int8:
+@dataclasses.dataclass(eq=False)
+class Int8(QuantizedWeight):
     """A QuantizedWeight whose product widens Q to float a block of rows at a time.
 
     NumPy has no int8 x float product, and widening the whole matrix per call allocates a
     temporary as large as the float matrix; a block of about BLOCK_BYTES stays in cache.
+    Q must be row-major, so that a block of rows is contiguous (`prepare` makes it so).
     """
-
-    def __init__(self, weight: QuantizedWeight):
-        self.weight = weight
-        self.shape, self.dtype = weight.shape, weight.dtype
-        self.nbytes = 0  # nothing beyond the parameter itself
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x @ W.T for x (..., in) -> (..., out), in x's dtype."""
-        q, scale = self.weight.q, self.weight.scale
+        q, scale = self.q, self.scale
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         dtype = np.result_type(x.dtype, np.float32)
         y_t = np.empty((q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
@@ -221,9 +255,9 @@ def causal_attention(q, k, v, mask=None):
     """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` for the causal
     masks a forward pass builds (`model._positions_and_mask`), computed a tile at a time.
 
-    Causal: with S - T keys cached before the T queries, query t sees no key past S - T + t.
-    A block of queries [t0, t1) is therefore scored against keys [0, S - T + t1) only: the
-    masked triangle beyond is never computed. Those keys are taken a block at a time with the
+    Causal: with S - T keys cached before the T queries, the mask hides from query t every key
+    past S - T + t. A block of queries [t0, t1) is therefore scored against keys
+    [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken a block at a time with the
     running ("online") softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022):
     with m the running maximum of a query's scores, l its running sum of exp(s - m) and a its
     running sum of exp(s - m) v, a block of scores s_J moves them to
@@ -237,7 +271,8 @@ def causal_attention(q, k, v, mask=None):
     whatever T and S; keys and values are read in place (views of the cache, no copy).
 
     q: (B, H, T, d); k, v: (B, K, S, d) with K dividing H, S >= T; mask: None (every key
-    visible) or booleans broadcastable to (B, 1, 1, T, S), True where a key is visible.
+    visible, nothing skipped) or causal booleans broadcastable to (B, 1, 1, T, S), True where
+    a key is visible.
     Returns (B, H, T, d).
     """
     B, H, T, d = q.shape
@@ -250,7 +285,8 @@ def causal_attention(q, k, v, mask=None):
     scale = 1.0 / math.sqrt(d)
     for t0 in range(0, T, rows):
         t1 = min(t0 + rows, T)
-        n, seen = t1 - t0, S - T + t1  # the block's queries, the keys they may see
+        n = t1 - t0  # the block's queries, and the keys they may see:
+        seen = S if mask is None else S - T + t1
         qb = (q[:, :, :, t0:t1] * scale).reshape(B, K, group * n, d)
         m = total = acc = None
         for j0 in range(0, seen, step):

@@ -1,11 +1,14 @@
-"""The KV cache: every layer's keys and values in one preallocated pair of arrays.
+"""The KV cache: every layer's keys and values in one pair of arrays that grows as it fills.
 
 A forward pass over T new tokens appends their keys and values to each layer at positions
 [length, length + T), attends to positions [0, length + T), then advances `length` by T.
 Positions at or past `length` are never read, so forgetting the newest tokens (speculative
-decoding's rollback) is only moving `length` back: `truncate(n)`. A cache is made as long as
-its user can fill (the first write to each page of a long one costs a page fault); one whose
-need grows, a conversation's, asks for more room with `reserve(capacity)`.
+decoding's rollback) is only moving `length` back: `truncate(n)`.
+
+The arrays hold room for some positions and, when a write would pass it, are replaced by
+arrays twice as long (at most `capacity`), the cached positions copied over: writing n tokens
+one at a time copies fewer than 2n positions in all, and nobody pays for a context they do not
+fill. A caller that knows how much it will write makes the room at once with `reserve(n)`.
 """
 from __future__ import annotations
 
@@ -18,39 +21,33 @@ import numpy as np
 class KVCache:
     """Keys and values of the tokens seen so far, for all layers at once.
 
-    Logically both are (n_layers, batch, n_kv_heads, capacity, head_dim). The keys are stored
-    transposed, k: (n_layers, batch, n_kv_heads, head_dim, capacity), because attention
-    multiplies by K^T: a block of cached keys is then a row-major (head_dim, S) matrix that
-    BLAS reads as it is. Only this file knows it: `append` and `keys_values` hand out keys as
-    (B, K, S, head_dim) views.
-
+    k, v: (n_layers, batch, n_kv_heads, room, head_dim); positions [0, length) hold the cached
+    tokens, and at most `capacity` positions ever will (room grows up to it).
     pad: (batch,) number of left-padding tokens in each row, for batches of prompts of
     different lengths; padded keys are masked out and each row's positions start after its pad.
     """
 
     k: np.ndarray
     v: np.ndarray
+    capacity: int
     length: int = 0
     pad: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n_layers, batch_size, n_kv_heads, capacity, head_dim, dtype) -> "KVCache":
-        k = np.zeros((n_layers, batch_size, n_kv_heads, head_dim, capacity), dtype=dtype)
-        v = np.zeros((n_layers, batch_size, n_kv_heads, capacity, head_dim), dtype=dtype)
-        return cls(k, v)
+        """A cache of `capacity` positions, none of them allocated yet."""
+        k = np.zeros((n_layers, batch_size, n_kv_heads, 0, head_dim), dtype=dtype)
+        return cls(k, k.copy(), capacity)
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
-        """(n_layers, batch, n_kv_heads, capacity, head_dim), the logical shape of k and v."""
-        return self.v.shape
+        """(n_layers, batch, n_kv_heads, capacity, head_dim): the arrays once full."""
+        n_layers, batch, heads, _, head_dim = self.v.shape
+        return n_layers, batch, heads, self.capacity, head_dim
 
     @property
     def dtype(self) -> np.dtype:
         return self.v.dtype
-
-    @property
-    def capacity(self) -> int:
-        return self.v.shape[3]
 
     @property
     def batch_size(self) -> int:
@@ -61,14 +58,16 @@ class KVCache:
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new tokens' keys and values k, v: (B, K, T, d) at positions
         [length, length + T) of `layer`, and return everything they attend to:
-        keys and values (B, K, length + T, d), views into the cache."""
+        keys and values (B, K, length + T, d), views into the cache (nothing copied)."""
         start, end = self.length, self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"cache: {k.shape[2]} new tokens do not fit ({self.length} of "
                              f"{self.capacity} positions used); reset or slide the window")
-        self.k[layer, ..., start:end] = k.swapaxes(-1, -2)
+        if end > self.v.shape[3]:
+            self._grow(min(self.capacity, max(end, 2 * self.v.shape[3])))
+        self.k[layer, :, :, start:end] = k
         self.v[layer, :, :, start:end] = v
-        return self.k[layer, ..., :end].swapaxes(-1, -2), self.v[layer, :, :, :end]
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
     def advance(self, n: int) -> None:
         """Count the n tokens just appended to every layer as cached."""
@@ -76,8 +75,7 @@ class KVCache:
 
     def keys_values(self, layer: int):
         """The cached keys and values of `layer`: (B, K, length, d) views."""
-        return (self.k[layer, ..., :self.length].swapaxes(-1, -2),
-                self.v[layer, :, :, :self.length])
+        return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
 
     # -- rollback and the sliding window ---------------------------------------------------
 
@@ -88,7 +86,7 @@ class KVCache:
         self.length = int(n)
 
     def reset(self) -> None:
-        """Forget everything, padding included."""
+        """Forget everything, padding included (the room stays, for the next text)."""
         self.length = 0
         self.pad = None
 
@@ -97,20 +95,9 @@ class KVCache:
         if not 0 <= n <= self.length:
             raise ValueError(f"shift: n must be in [0, {self.length}], got {n}")
         kept = self.length - n
-        self.k[..., :kept] = self.k[..., n:self.length]  # NumPy copes with the overlap
+        self.k[:, :, :, :kept] = self.k[:, :, :, n:self.length]  # NumPy copes with the overlap
         self.v[:, :, :, :kept] = self.v[:, :, :, n:self.length]
         self.length = kept
-
-    def reserve(self, capacity: int) -> None:
-        """Make room for `capacity` positions, keeping everything cached: a larger pair of
-        arrays, the cached positions copied over (nothing happens if there is room already)."""
-        if capacity <= self.capacity:
-            return
-        n_layers, batch, heads, _, head_dim = self.shape
-        larger = KVCache.empty(n_layers, batch, heads, capacity, head_dim, self.dtype)
-        larger.k[..., :self.length] = self.k[..., :self.length]
-        larger.v[:, :, :, :self.length] = self.v[:, :, :, :self.length]
-        self.k, self.v = larger.k, larger.v
 
     def fill_rows(self, rows, other: "KVCache", start: int) -> None:
         """Rows `rows` of this cache take everything `other` holds (one row of `other` per
@@ -118,5 +105,23 @@ class KVCache:
         end = start + other.length
         if end > self.length:
             raise ValueError(f"fill_rows: positions up to {end} are past the cached {self.length}")
-        self.k[:, rows, :, :, start:end] = other.k[..., :other.length]
+        self.k[:, rows, :, start:end] = other.k[:, :, :, :other.length]
         self.v[:, rows, :, start:end] = other.v[:, :, :, :other.length]
+
+    # -- room --------------------------------------------------------------------------------
+
+    def reserve(self, n: int) -> None:
+        """Make room for n positions at once, instead of growing step by step; a cache made
+        with a smaller capacity may then hold n positions."""
+        self.capacity = max(self.capacity, n)
+        if n > self.v.shape[3]:
+            self._grow(n)
+
+    def _grow(self, room: int) -> None:
+        """Replace the arrays by longer ones of `room` positions, the old ones copied in."""
+        n_layers, batch, heads, old, head_dim = self.v.shape
+        k = np.zeros((n_layers, batch, heads, room, head_dim), dtype=self.dtype)
+        v = np.zeros_like(k)
+        k[:, :, :, :old] = self.k
+        v[:, :, :, :old] = self.v
+        self.k, self.v = k, v

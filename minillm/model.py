@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import fast as fast_path
 from .config import ModelConfig, parameter_shapes
 from .kv_cache import KVCache
 from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
@@ -18,31 +17,19 @@ from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_
 
 @dataclass(eq=False)
 class Model:
-    """A configuration, its parameters (canonical names of docs/FORMAT.md) and a tokenizer.
+    """A configuration, its parameters by canonical name (docs/FORMAT.md) and a tokenizer.
 
-    fast: multiply by the weights minillm.fast prepares (other memory layouts, blocked
-    products; the same values) instead of the parameters as given. None means on, unless
-    MINILLM_FAST=0 is set. With it on, `params` holds the laid-out arrays, so that the weights
-    are in memory once; to change weights, make a new Model rather than editing `params`.
+    A linear layer's weight is a float array (out, in) or any object whose `matmul(x)` returns
+    x @ W.T (an int8 QuantizedWeight): `layers.linear` multiplies by either.
     """
 
     config: ModelConfig
     params: dict
     tokenizer: object = None
-    fast: bool | None = None
-    weights: dict = field(init=False, repr=False)  # what forward multiplies by, by name
     _rope: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
-        if self.fast is None:
-            self.fast = fast_path.enabled()
-        if self.fast:
-            self.weights = fast_path.prepare(self.params, cfg.tie_embeddings)
-            self.params = {name: getattr(self.weights[name], "w", value)
-                           for name, value in self.params.items()}
-        else:
-            self.weights = dict(self.params)
         self._rope = None
         if cfg.arch == "modern":
             cos, sin = rope_tables(cfg.context_length, cfg.head_dim, cfg.rope_theta, self.dtype)
@@ -62,19 +49,17 @@ class Model:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every weight array held: the parameters (a quantized weight counts its
-        integers and scales) and any copy the fast path keeps (a tied output layer's)."""
-        extra = sum(w.nbytes for name, w in self.weights.items()
-                    if isinstance(w, (fast_path.Dense, fast_path.Int8)))
-        return sum(w.nbytes for w in self.params.values()) + (extra if self.fast else 0)
+        """Bytes of every parameter held (a quantized weight counts its integers and scales)."""
+        return sum(w.nbytes for w in self.params.values())
 
     @property
     def output_weight(self):
         """The output layer (V, D): the token embedding itself when tied."""
-        return self.weights.get("lm_head.weight", self.weights["tok_emb.weight"])
+        return self.params.get("lm_head.weight", self.params["tok_emb.weight"])
 
     def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
-        """An empty cache for `batch_size` rows of up to `capacity` tokens (the context length)."""
+        """An empty cache for `batch_size` rows of up to `capacity` tokens (the context length);
+        it allocates room as it fills."""
         cfg = self.config
         capacity = cfg.context_length if capacity is None else capacity
         if not 0 < capacity <= cfg.context_length:
@@ -134,12 +119,6 @@ class Model:
             x += self.params["pos_emb.weight"][positions]
         return x
 
-    def _norm(self, x, name):
-        p, eps = self.params, self.config.norm_eps
-        if self.config.arch == "classic":
-            return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
-        return rms_norm(x, p[name + ".weight"], eps)
-
     def _block(self, x, layer, positions, mask, cache):
         """One pre-norm block: x += Attention(Norm(x)); x += MLP(Norm(x))."""
         name = f"layers.{layer}."
@@ -149,7 +128,7 @@ class Model:
         return x
 
     def _attention(self, h, name, layer, positions, mask, cache):
-        cfg, w = self.config, self.weights
+        cfg, w = self.config, self.params
         B, T, _ = h.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = linear(h, w[name + "attn.qkv.weight"], w.get(name + "attn.qkv.bias"))
@@ -165,13 +144,17 @@ class Model:
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
-        attend = fast_path.causal_attention if self.fast else attention
-        out = attend(q, k, v, mask)  # (B, H, T, d)
+        out = self.attend(q, k, v, mask)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
+    def attend(self, q, k, v, mask):
+        """Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V: `layers.attention`. A subclass
+        may compute the same another way."""
+        return attention(q, k, v, mask)
+
     def _mlp(self, h, name):
-        cfg, w = self.config, self.weights
+        cfg, w = self.config, self.params
         act = ACTIVATIONS[cfg.activation]
         if cfg.arch == "classic":
             # MLP(h) = W_down act(W_up h + b_up) + b_down
@@ -181,6 +164,12 @@ class Model:
         gate_up = linear(h, w[name + "mlp.gate_up.weight"])  # (B, T, 2F)
         gate, up = gate_up[..., :cfg.d_ff], gate_up[..., cfg.d_ff:]
         return linear(act(gate) * up, w[name + "mlp.down.weight"])
+
+    def _norm(self, x, name):
+        p, eps = self.params, self.config.norm_eps
+        if self.config.arch == "classic":
+            return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
+        return rms_norm(x, p[name + ".weight"], eps)
 
     # -- input checks ----------------------------------------------------------------------
 
@@ -236,12 +225,13 @@ def _positions_and_mask(B, T, start, pad):
     return positions, visible[:, None, None]
 
 
-def random_model(config: ModelConfig, seed: int = 0, dtype="float32", std: float = 0.02,
-                 fast: bool | None = None) -> Model:
+def random_model(config: ModelConfig, seed: int = 0, dtype="float32",
+                 std: float = 0.02) -> Model:
     """A model with seeded random weights: N(0, std^2) matrices, norm gains near 1, small biases.
 
     Residual output projections are scaled by 1/sqrt(2 n_layers) as in GPT-2. Norm gains and
     biases are randomised too (not 1 and 0) so that tests exercise every parameter.
+    The reference model: minillm.fast.accelerate(model) gives the fast one.
     """
     rng = np.random.default_rng(seed)
     params = {}
@@ -257,4 +247,4 @@ def random_model(config: ModelConfig, seed: int = 0, dtype="float32", std: float
         else:
             w = std * rng.standard_normal(shape)
         params[name] = w.astype(dtype)
-    return Model(config, params, fast=fast)
+    return Model(config, params)

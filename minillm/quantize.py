@@ -10,8 +10,8 @@ and the scale does not depend on j, so it comes out of the sum of a matmul:
 
     y_r = sum_j W_rj x_j  ~  s_r sum_j Q_rj x_j
 
-The reference product below widens Q to the activations' dtype and applies the scale after the
-sum, as the formula says; minillm.fast makes the same product by blocks of rows.
+The product below widens Q to the activations' dtype and applies the scale after the sum, as
+the formula says.
 """
 from __future__ import annotations
 
@@ -47,9 +47,7 @@ def quantize_rows(w, bits: int = 8, group_size: int | None = None):
     scale = (np.abs(groups).max(axis=-1) / qmax).astype(np.float32)  # (out, G)
     scale[scale == 0] = 1.0  # an all-zero group (or one whose scale underflows)
     q = np.clip(np.rint(groups / scale[..., None]), -qmax, qmax).astype(np.int8)
-    # Row-major whatever the input's layout: the matmul widens contiguous blocks of rows.
-    q = np.ascontiguousarray(q.reshape(out_features, in_features))
-    return q, (scale[:, 0] if group_size is None else scale)
+    return q.reshape(out_features, in_features), (scale[:, 0] if group_size is None else scale)
 
 
 @dataclass(eq=False)
@@ -149,7 +147,7 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
     params = {}
     for name, value in model.params.items():
         wanted = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
-        if wanted and isinstance(value, np.ndarray) and not name.startswith(tuple(skip)):
+        if wanted and not isinstance(value, QuantizedWeight) and not name.startswith(tuple(skip)):
             value = QuantizedWeight.from_float(value, bits, group_size)
         params[name] = value
     return dataclasses.replace(model, params=params)

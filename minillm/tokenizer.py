@@ -457,22 +457,24 @@ class Tokenizer:
         the file names none). Tokens of type control (special) and user-defined are matched
         whole in the text, like the added tokens of tokenizer.json; all others are BPE
         vocabulary. (``add_space_prefix`` is for SentencePiece; llama.cpp ignores it here.)
+        Every key is checked by ``gguf_metadata.tokenizer_metadata``; errors are WeightsError.
         """
+        from .convert.gguf_metadata import tokenizer_metadata
+        from .errors import WeightsError
+
+        metadata = tokenizer_metadata(metadata)
         kind = metadata.get("tokenizer.ggml.model")
         if kind != "gpt2":
-            raise ValueError(f"tokenizer.ggml.model {kind!r} is not supported; minillm reads "
+            raise WeightsError(f"tokenizer.ggml.model {kind!r} is not supported; minillm reads "
                              "byte-level BPE ('gpt2') only, not SentencePiece ('llama') or "
                              "others")
         if metadata.get("tokenizer.ggml.add_eos_token"):
-            raise ValueError("tokenizer.ggml.add_eos_token=true is not supported")
-        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
-            if key not in metadata:
-                raise ValueError(f"GGUF metadata: no {key!r}")
-        tokens = [str(t) for t in metadata["tokenizer.ggml.tokens"]]
+            raise WeightsError("tokenizer.ggml.add_eos_token=true is not supported")
+        if metadata["tokenizer.ggml.merges"] is None:
+            raise WeightsError("tokenizer.ggml.merges: missing, expected array of string")
+        tokens = metadata["tokenizer.ggml.tokens"]
         types = metadata.get("tokenizer.ggml.token_type")
-        types = [NORMAL] * len(tokens) if types is None else [int(t) for t in types]
-        if len(types) != len(tokens):
-            raise ValueError(f"GGUF metadata: {len(types)} token types for {len(tokens)} tokens")
+        types = [NORMAL] * len(tokens) if types is None else types
         vocab, added = {}, []
         for token_id, (token, token_type) in enumerate(zip(tokens, types)):
             if token_type in (CONTROL, USER_DEFINED):
@@ -484,20 +486,19 @@ class Tokenizer:
         def token_named(key):
             """The text of the token whose id is at ``tokenizer.ggml.<key>``, or None."""
             token_id = metadata.get(f"tokenizer.ggml.{key}")
-            if token_id is None:
-                return None
-            if not 0 <= int(token_id) < len(tokens):
-                raise ValueError(f"GGUF metadata: tokenizer.ggml.{key} {token_id} is not a "
-                                 f"token id (the vocabulary has {len(tokens)})")
-            return tokens[int(token_id)]
+            return None if token_id is None else tokens[token_id]
 
-        config = TokenizerConfig(
-            bos_token=token_named("bos_token_id"), eos_token=token_named("eos_token_id"),
-            pad_token=token_named("padding_token_id"), unk_token=token_named("unknown_token_id"),
-            add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
-            chat_template=metadata.get("tokenizer.chat_template"))
-        return cls(vocab, metadata["tokenizer.ggml.merges"], added,
-                   pre_tokenizer=metadata.get("tokenizer.ggml.pre", "default"), config=config)
+        try:
+            config = TokenizerConfig(
+                bos_token=token_named("bos_token_id"), eos_token=token_named("eos_token_id"),
+                pad_token=token_named("padding_token_id"),
+                unk_token=token_named("unknown_token_id"),
+                add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+                chat_template=metadata.get("tokenizer.chat_template"))
+            return cls(vocab, metadata["tokenizer.ggml.merges"], added,
+                       pre_tokenizer=metadata["tokenizer.ggml.pre"] or "default", config=config)
+        except ValueError as e:  # what the tokenizer refuses: in the file's terms too
+            raise WeightsError(f"tokenizer: {e}") from None
 
     def to_json(self):
         """The tokenizer.json text: the original text when read with ``from_json``."""

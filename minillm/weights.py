@@ -12,6 +12,8 @@ import zipfile
 import numpy as np
 
 from .config import ModelConfig, parameter_shapes
+from .errors import WeightsError
+from .fast import accelerate
 from .model import Model
 from .quantize import QuantizedWeight, is_linear_weight
 
@@ -23,12 +25,9 @@ TOKENIZER_CONFIG_KEY = "minillm.tokenizer_config"
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-class WeightsError(ValueError):
-    """A weights file that cannot be read as a minillm model; the message names the problem."""
-
-
 def save(model: Model, path) -> None:
-    """Write the model (config, tensors, tokenizer if any) to one `.npz` file at `path`."""
+    """Write the model (config, tensors, tokenizer if any) to one `.npz` file at `path`;
+    a fast model is written as its reference, value for value."""
     arrays = {
         VERSION_KEY: np.array(FORMAT_VERSION, dtype=np.int64),
         CONFIG_KEY: np.array(model.config.to_json()),
@@ -69,14 +68,21 @@ def current_umask() -> int:
 
 
 def _tensor_entries(name, value) -> dict:
-    """The file entries for one parameter: the array itself, or a quantized weight's parts."""
-    if isinstance(value, np.ndarray):
-        return {name: value}
-    return value.to_entries(name)
+    """The file entries for one parameter: a quantized weight's parts, or the array itself
+    (np.asarray also reads a weight the fast path prepared)."""
+    if isinstance(value, QuantizedWeight):
+        return value.to_entries(name)
+    return {name: np.asarray(value)}
 
 
-def load(path) -> Model:
-    """Read a `.npz` written by `save` (or by an exporter following docs/FORMAT.md)."""
+def load(path, fast: bool | None = None) -> Model:
+    """Read a `.npz` written by `save` (or by an exporter following docs/FORMAT.md).
+
+    fast: return the model of minillm.fast (the same values, faster products: see
+    docs/PERFORMANCE.md) rather than the reference Model. None means yes, unless the
+    environment sets MINILLM_FAST=0: the one switch that makes every command, the chat and the
+    bench run the reference.
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise WeightsError(f"{path}: no such file")
@@ -89,9 +95,15 @@ def load(path) -> Model:
     with archive:
         entries = {name: _read_entry(archive, name, path) for name in archive.files}
     try:
-        return model_from_entries(entries)
+        model = model_from_entries(entries)
     except WeightsError as e:
         raise WeightsError(f"{path}: {e}") from None
+    return accelerate(model) if wants_fast(fast) else model
+
+
+def wants_fast(fast: bool | None = None) -> bool:
+    """An explicit choice, else the environment's: fast unless MINILLM_FAST=0."""
+    return os.environ.get("MINILLM_FAST", "1") != "0" if fast is None else bool(fast)
 
 
 def _read_entry(archive, name, path) -> np.ndarray:

@@ -102,8 +102,78 @@ def llama_cpp_metadata(cfg, arch="llama") -> list:
             (f"{arch}.rope.dimension_count", UINT32, cfg.head_dim)]
 
 
-def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=()) -> bytes:
-    """A float32 GGUF file of a modern minillm model."""
-    tensors = [(name, w.shape, F32, w.tobytes())
+def model_gguf_bytes(model, arch="llama", permute=True, extra_metadata=(), q8_0=False) -> bytes:
+    """A GGUF file of a modern minillm model: float32, or with q8_0 its matrices in Q8_0 (rows
+    must then be whole blocks of 32) as llama.cpp quantizes them, the norms float32."""
+    return gguf_bytes(*model_gguf_parts(model, arch, permute, extra_metadata, q8_0))
+
+
+def model_gguf_parts(model, arch="llama", permute=True, extra_metadata=(), q8_0=False):
+    """The (metadata, tensors) arguments of gguf_bytes for model_gguf_bytes."""
+    tensors = [(name, w.shape, Q8_0, q8_0_bytes(w)) if q8_0 and w.ndim == 2 else
+               (name, w.shape, F32, w.tobytes())
                for name, w in llama_cpp_tensors(model, permute).items()]
-    return gguf_bytes(llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors)
+    return llama_cpp_metadata(model.config, arch) + list(extra_metadata), tensors
+
+
+def q8_0_bytes(w) -> bytes:
+    """Q8_0 blocks of 32 values: a float16 scale d = max|x| / 127 and 32 int8 round(x / d)."""
+    x = np.asarray(w, np.float32).reshape(-1, 32)
+    d = np.abs(x).max(axis=1) / 127
+    inverse = np.divide(1, d, out=np.zeros_like(d), where=d > 0)
+    blocks = np.zeros(len(x), dtype=[("d", "<f2"), ("qs", "i1", 32)])
+    blocks["d"], blocks["qs"] = d, np.round(x * inverse[:, None])
+    return blocks.tobytes()
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tokenizer_entries(n_tokens=40) -> list:
+    """(key, type, value) of a byte-level BPE tokenizer of `n_tokens` tokens, as llama.cpp
+    writes SmolLM2's: three control tokens, then single characters, then two merged tokens."""
+    letters = [chr(c) for c in range(ord("a"), ord("a") + n_tokens - 5)]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + letters + ["ab", "abc"]
+    return [("tokenizer.ggml.model", STRING, "gpt2"),
+            ("tokenizer.ggml.pre", STRING, "smollm"),
+            ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+            ("tokenizer.ggml.token_type", ARRAY, (INT32, [3, 3, 3] + [1] * (n_tokens - 3))),
+            ("tokenizer.ggml.merges", ARRAY, (STRING, ["a b", "ab c"])),
+            ("tokenizer.ggml.bos_token_id", UINT32, 1),
+            ("tokenizer.ggml.eos_token_id", UINT32, 2),
+            ("tokenizer.ggml.padding_token_id", UINT32, 2),
+            ("tokenizer.ggml.unknown_token_id", UINT32, 0),
+            ("tokenizer.ggml.add_bos_token", BOOL, False),
+            ("tokenizer.chat_template", STRING, CHATML)]
+
+
+def valid_files() -> dict:
+    """{name: GGUF bytes} of one file of every kind minillm reads (valid_file_parts)."""
+    return {name: gguf_bytes(*parts) for name, parts in valid_file_parts().items()}
+
+
+def valid_file_parts() -> dict:
+    """{name: (metadata, tensors)} of one file of every kind minillm reads: Llama (tied and
+    untied output layer), Mistral, Qwen2 (q/k/v biases), a Q8_0 model, a model with its
+    tokenizer, and a file holding a tokenizer only (no tensors: it reads, and does not
+    convert)."""
+    from minillm import ModelConfig, random_model
+
+    cfg = ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=24, n_layers=2,
+                      n_heads=6, n_kv_heads=2, d_ff=20, rope_theta=500.0)
+    untied = ModelConfig(**{**cfg.to_dict(), "tie_embeddings": False, "n_layers": 1})
+    biased = ModelConfig(**{**cfg.to_dict(), "bias": True, "n_kv_heads": 3})
+    blocks = ModelConfig(**{**cfg.to_dict(), "d_model": 32, "n_heads": 4, "d_ff": 32})
+    model = random_model(cfg, seed=1)
+    return {
+        "llama": model_gguf_parts(model),
+        "llama-untied": model_gguf_parts(random_model(untied, seed=2)),
+        "mistral": model_gguf_parts(model, arch="mistral"),
+        "qwen2-bias": model_gguf_parts(random_model(biased, seed=3), arch="qwen2",
+                                       permute=False),
+        "llama-q8_0": model_gguf_parts(random_model(blocks, seed=4), q8_0=True),
+        "llama-tokenizer": model_gguf_parts(model, extra_metadata=tokenizer_entries(40)),
+        "vocab-only": ([("general.architecture", STRING, "llama")] + tokenizer_entries(40),
+                       []),
+    }

@@ -1,9 +1,12 @@
 """The fast path (minillm/fast.py) computes what the reference computes.
 
 Every device is checked against the formula it replaces: products in every layout and block
-split against x @ W.T, and whole models with the fast path on against the same models with it
-off, prefill and cached decoding, float and int8, both architectures.
+split against x @ W.T, and whole models, fast.accelerate(model) against model: prefill and
+cached decoding, float and int8, both architectures, tied heads, ragged batches, rollbacks,
+the window's slide and first_layers drafts.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -11,7 +14,9 @@ from hypothesis import strategies as st
 
 import minillm
 from minillm import fast
-from minillm.testing.strategies import model_configs
+from minillm.drafters import first_layers
+from minillm.testing import assert_batch_matches, assert_rollback_matches
+from minillm.testing.strategies import model_configs, ragged_batches, rollback_cases
 
 ATOL = 1e-12  # float64; the sums are the same up to the order BLAS adds them in
 
@@ -63,26 +68,28 @@ def _logits_both_ways(model_fast, model_ref, tokens, chunks):
     return pairs
 
 
+def _tokens(data, cfg, B, T):
+    return np.array(data.draw(st.lists(st.lists(st.integers(0, cfg.vocab_size - 1),
+                                                min_size=T, max_size=T),
+                                       min_size=B, max_size=B)))
+
+
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 @pytest.mark.parametrize("int8", [False, "blocks", "blocks and embedding"])
 @given(data=st.data())
 def test_fast_model_equals_reference_model(arch, int8, data):
-    """Logits with the fast path on equal the reference's (float64, 1e-12), for a prefill and
-    for cached decoding in drawn chunks, batches included."""
+    """Logits of fast.accelerate(model) equal the reference's (float64, 1e-12), for a prefill
+    and for cached decoding in drawn chunks, batches included, tied heads or not (drawn)."""
     cfg = data.draw(model_configs(arch=arch))
     seed = data.draw(st.integers(0, 2 ** 16))
-    model_ref = minillm.random_model(cfg, seed=seed, dtype="float64", fast=False)
-    model_fast = minillm.random_model(cfg, seed=seed, dtype="float64", fast=True)
+    model_ref = minillm.random_model(cfg, seed=seed, dtype="float64")
     if int8:
-        embeddings = int8 == "blocks and embedding"
-        model_ref = minillm.quantize(model_ref, embeddings=embeddings)
-        model_fast = minillm.quantize(model_fast, embeddings=embeddings)
-    assert model_fast.fast and not model_ref.fast
+        model_ref = minillm.quantize(model_ref, embeddings=int8 == "blocks and embedding")
+    model_fast = fast.accelerate(model_ref)
+    assert isinstance(model_fast, fast.FastModel) and not isinstance(model_ref, fast.FastModel)
     B = data.draw(st.integers(1, 3))
     T = data.draw(st.integers(1, cfg.context_length))
-    tokens = np.array(data.draw(st.lists(st.lists(st.integers(0, cfg.vocab_size - 1),
-                                                  min_size=T, max_size=T),
-                                         min_size=B, max_size=B)))
+    tokens = _tokens(data, cfg, B, T)
     chunks, left = [], T
     while left:
         chunks.append(data.draw(st.integers(1, left)))
@@ -91,23 +98,89 @@ def test_fast_model_equals_reference_model(arch, int8, data):
         np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
 
 
-def test_greedy_text_is_the_same_with_the_fast_path_on_and_off():
-    model = minillm.load("weights/target.npz")
-    reference = minillm.Model(model.config, dict(model.params), model.tokenizer, fast=False)
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+@given(data=st.data())
+def test_quantizing_a_fast_model_gives_the_fast_model_of_the_quantized_one(arch, data):
+    """quantize(accelerate(m)) is a FastModel whose int8 products are fast.Int8, and its logits
+    equal those of the reference quantize(m) (float64, 1e-12)."""
+    cfg = data.draw(model_configs(arch=arch))
+    model = minillm.random_model(cfg, seed=data.draw(st.integers(0, 2 ** 16)), dtype="float64")
+    embeddings = data.draw(st.booleans())
+    fast8 = minillm.quantize(fast.accelerate(model), embeddings=embeddings)
+    ref8 = minillm.quantize(model, embeddings=embeddings)
+    assert isinstance(fast8, fast.FastModel)
+    assert isinstance(fast8.params["layers.0.attn.qkv.weight"], fast.Int8)
+    tokens = _tokens(data, cfg, data.draw(st.integers(1, 2)), data.draw(
+        st.integers(1, cfg.context_length)))
+    np.testing.assert_allclose(fast8.forward(tokens), ref8.forward(tokens), rtol=0, atol=ATOL)
+
+
+@given(data=st.data())
+def test_ragged_batches_and_rollbacks_agree_on_the_fast_model(data):
+    """The testing kit's batch and rollback checks hold on the fast model, and its logits equal
+    the reference's on the same left-padded batch."""
+    cfg = data.draw(model_configs())
+    model = minillm.random_model(cfg, seed=data.draw(st.integers(0, 2 ** 16)), dtype="float64",
+                                 std=0.5)
+    model_fast = fast.accelerate(model)
+    tokens, pads, split = data.draw(ragged_batches(cfg.vocab_size, 3, cfg.context_length))
+    assert_batch_matches(model_fast, tokens, pads, atol=ATOL, split=split)
+    np.testing.assert_allclose(model_fast.forward(tokens, pad=pads),
+                               model.forward(tokens, pad=pads), rtol=0, atol=ATOL)
+    case = data.draw(rollback_cases(cfg.vocab_size, max_batch=2, max_length=cfg.context_length))
+    assert_rollback_matches(model_fast, *case, atol=ATOL)
+
+
+@given(data=st.data())
+def test_first_layers_of_a_fast_model_is_fast_and_equals_the_reference_cut(data):
+    """drafters.first_layers keeps the fast model's prepared weights (shared, not copied) and
+    its logits equal those of the reference model cut the same way."""
+    cfg = data.draw(model_configs(arch=data.draw(st.sampled_from(["classic", "modern"]))))
+    model = minillm.random_model(cfg, seed=data.draw(st.integers(0, 2 ** 16)), dtype="float64")
+    n = data.draw(st.integers(1, cfg.n_layers))
+    target = fast.accelerate(model)
+    draft = first_layers(target, n)
+    assert isinstance(draft, fast.FastModel) and draft.config.n_layers == n
+    assert all(draft.params[name] is target.params[name] for name in draft.params)
+    tokens = _tokens(data, cfg, 1, data.draw(st.integers(1, cfg.context_length)))
+    expected = first_layers(model, n)
+    for got, want in _logits_both_ways(draft, expected, tokens, [tokens.shape[1]]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("temperature", [0, 0.8])
+def test_text_is_the_same_with_the_fast_path_on_and_off(temperature):
+    """The shipped model's text, greedy and sampled, through the window's slides (100 new
+    tokens in a context cut to 64 positions)."""
+    model = minillm.load("weights/target.npz", fast=False)
+    model = dataclasses.replace(model, config=dataclasses.replace(model.config,
+                                                                 context_length=64))
+    if "pos_emb.weight" in model.params:
+        model.params["pos_emb.weight"] = model.params["pos_emb.weight"][:64]
     prompt = model.tokenizer.encode("In the beginning")
-    assert minillm.generate(model, prompt, 40, temperature=0) == \
-        minillm.generate(reference, prompt, 40, temperature=0)
+    assert minillm.generate(fast.accelerate(model), prompt, 100, temperature=temperature) == \
+        minillm.generate(model, prompt, 100, temperature=temperature)
 
 
-def test_the_switch(monkeypatch):
+def test_the_switch(tmp_path, monkeypatch):
+    """load gives the fast model unless told (fast=False, or MINILLM_FAST=0); an explicit
+    choice wins over the environment; reference() gives the plain model back."""
     cfg = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)
-    assert minillm.random_model(cfg).fast
+    plain = minillm.random_model(cfg)
+    minillm.save(fast.accelerate(plain), tmp_path / "m.npz")  # written as the reference
+    assert isinstance(minillm.load(tmp_path / "m.npz"), fast.FastModel)
+    assert not isinstance(minillm.load(tmp_path / "m.npz", fast=False), fast.FastModel)
     monkeypatch.setenv("MINILLM_FAST", "0")
-    model = minillm.random_model(cfg)
-    assert not model.fast
-    assert all(model.weights[name] is w for name, w in model.params.items())
-    assert minillm.random_model(cfg, fast=True).fast  # an explicit choice wins
+    model = minillm.load(tmp_path / "m.npz")
+    assert type(model) is minillm.Model
+    assert all(type(w) is np.ndarray for w in model.params.values())
+    for name, w in plain.params.items():
+        np.testing.assert_array_equal(model.params[name], w)
+    assert isinstance(minillm.load(tmp_path / "m.npz", fast=True), fast.FastModel)
+    back = fast.reference(fast.accelerate(plain))
+    assert type(back) is minillm.Model
+    assert all(type(w) is np.ndarray for w in back.params.values())
 
 
 def test_resident_bytes_count_the_copy_of_a_tied_output_layer():
@@ -115,5 +188,6 @@ def test_resident_bytes_count_the_copy_of_a_tied_output_layer():
         cfg = minillm.ModelConfig(arch="modern", vocab_size=50, context_length=8, d_model=12,
                                   n_layers=2, n_heads=2, tie_embeddings=tie)
         copies = cfg.vocab_size * cfg.d_model if tie else 0
-        assert minillm.random_model(cfg, fast=True).nbytes == 4 * (cfg.n_params() + copies)
-        assert minillm.random_model(cfg, fast=False).nbytes == 4 * cfg.n_params()
+        model = minillm.random_model(cfg)
+        assert fast.accelerate(model).nbytes == 4 * (cfg.n_params() + copies)
+        assert model.nbytes == 4 * cfg.n_params()

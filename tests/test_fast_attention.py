@@ -127,3 +127,20 @@ def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < k.nbytes / 8, (peak, k.nbytes)
+
+
+def test_the_fast_model_attends_with_the_tiles(monkeypatch):
+    """fast.accelerate(model) computes its attention with causal_attention (tests/test_fast.py
+    proves its logits equal the reference model's)."""
+    import minillm
+
+    calls = []
+    tiled = fast.causal_attention
+    monkeypatch.setattr(fast, "causal_attention", lambda *a: calls.append(1) or tiled(*a))
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=32, d_model=16,
+                              n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32)
+    model = minillm.random_model(cfg, seed=0, dtype="float64")
+    tokens = np.arange(20)[None] % 64
+    np.testing.assert_allclose(fast.accelerate(model).forward(tokens), model.forward(tokens),
+                               rtol=0, atol=ATOL)
+    assert len(calls) == cfg.n_layers

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm.convert.gguf import read_gguf
+from minillm.convert.gguf_metadata import read
 from minillm.convert.gguf_quants import GGML_TYPES, dequantize
 from minillm.weights import WeightsError
 from tests.gguf_files import (ARRAY, BOOL, F32, FLOAT32, FLOAT64, INT8, INT16, INT32, INT64,
@@ -201,6 +202,13 @@ MALFORMED = {
                                "truncated file: tensor 'w' needs 8 bytes"),
     "truncated data": (gguf_bytes([], [VALID_TENSOR])[:-1], "runs past the end of the file"),
     "duplicate tensor": (gguf_bytes([], [VALID_TENSOR, VALID_TENSOR]), "'w' appears twice"),
+    "overlapping data": (gguf_bytes([], [VALID_TENSOR, ("v",) + VALID_TENSOR[1:]],
+                                    offsets=[0, 32]),
+                         "tensor 'v': data at offset 32 overlaps or precedes the data of "
+                         "tensor 'w', which ends at 64"),
+    "data out of order": (gguf_bytes([], [VALID_TENSOR, ("v",) + VALID_TENSOR[1:]],
+                                     offsets=[64, 0]),
+                          "tensor 'v': data at offset 0 overlaps or precedes"),
 }
 
 
@@ -238,3 +246,53 @@ def test_a_damaged_file_is_read_or_refused_never_a_crash(data):
         else:
             for tensor in gguf.tensors.values():
                 assert tensor.numpy().shape == tensor.shape
+
+
+# ---------------------------------------------------------------------- the typed reading
+
+@pytest.mark.parametrize("value, gguf_type, bounds, found", [
+    ("30", "uint32", {}, "found string '30', expected uint32"),
+    (30.0, "uint32", {}, "found float 30.0, expected uint32"),
+    (True, "uint32", {}, "found bool true, expected uint32"),
+    ([30], "uint32", {}, "found array of 1 integers, expected uint32"),
+    (-1, "uint32", {}, "found integer -1, expected uint32"),
+    (2**32, "uint32", {}, "found integer 4294967296, expected uint32"),
+    (0, "uint32", {"low": 1}, "found integer 0, expected uint32 >= 1"),
+    (9, "uint32", {"low": 1, "high": 8}, "found integer 9, expected uint32 in [1, 8]"),
+    (10000, "float32", {}, "found integer 10000, expected finite float32"),
+    (float("inf"), "float32", {}, "found float inf, expected finite float32"),
+    (float("nan"), "float32", {"low": 0.0}, "found float nan, expected float32 >= 0.0"),
+    (1e39, "float32", {}, "found float 1e+39, expected finite float32"),
+    (1, "bool", {}, "found integer 1, expected bool"),
+    (7, "string", {}, "found integer 7, expected string"),
+])
+def test_read_names_the_key_what_it_found_and_what_it_expected(value, gguf_type, bounds, found):
+    with pytest.raises(WeightsError) as error:
+        read({"k": value}, "k", gguf_type, **bounds)
+    assert str(error.value) == f"k: {found}"
+
+
+def test_read_checks_every_element_of_an_array():
+    assert read({"k": ["a b", "c"]}, "k", "array", element="string") == ["a b", "c"]
+    with pytest.raises(WeightsError, match=r"^k\[1\]: found integer 3, expected string$"):
+        read({"k": ["a", 3]}, "k", "array", element="string")
+    with pytest.raises(WeightsError, match=r"^k\[0\]: found array of 1 strings, expected string"):
+        read({"k": [["a"]]}, "k", "array", element="string")
+    with pytest.raises(WeightsError, match=r"^k: found string 'ab', expected array of string$"):
+        read({"k": "ab"}, "k", "array", element="string")
+    with pytest.raises(WeightsError, match=r"^k\[2\]: found integer 7, expected int32 in \[0, 6\]"):
+        read({"k": [1, 6, 7]}, "k", "array", element="int32", low=0, high=6)
+    with pytest.raises(WeightsError, match=r"^k\[1\]: found bool true, expected int32$"):
+        read({"k": [1, True]}, "k", "array", element="int32")
+    for scores in ([0.5, float("nan")], [float("nan"), 0.5]):  # NaN hides from min and max
+        with pytest.raises(WeightsError, match=r"found float nan, expected finite float32$"):
+            read({"k": scores}, "k", "array", element="float32")
+
+
+def test_read_gives_the_default_of_a_missing_key_and_refuses_a_missing_required_one():
+    assert read({}, "k", "float32", default=10000.0) == 10000.0
+    assert read({}, "k", "string", default=None) is None
+    with pytest.raises(WeightsError, match=r"^k: missing, expected uint32 >= 1$"):
+        read({}, "k", "uint32", low=1)
+    # A value is taken as read, with the type it has: an integer stored wider reads when it fits.
+    assert read({"k": 30}, "k", "uint32") == 30 and read({"k": 0.5}, "k", "float32") == 0.5

@@ -78,3 +78,34 @@ def test_reserve_keeps_what_is_cached_in_a_longer_cache():
     new = np.full((2, 1, 5, 3), 7.0)
     keys, _ = cache.append(1, new, new)  # five more positions now fit
     assert keys.shape == (2, 1, 9, 3) and keys[1, 0, 3, 0] == 1103 and keys[0, 0, 8, 0] == 7.0
+
+
+def test_the_cache_grows_as_it_fills_doubling_up_to_its_capacity():
+    """Room for the first write only, then twice the room at each overflow (never more than
+    the capacity), what is cached kept; append hands out views, never copies."""
+    cache = KVCache.empty(2, 1, 1, 20, 3, np.float64)
+    assert cache.k.nbytes == 0 and cache.shape == (2, 1, 1, 20, 3)
+    rooms, written = [], []
+    for step in [3] + [1] * 17:
+        k = np.random.default_rng(len(written)).standard_normal((1, 1, step, 3))
+        for layer in range(2):
+            keys, values = cache.append(layer, k, 2 * k)
+            assert np.shares_memory(keys, cache.k) and np.shares_memory(values, cache.v)
+        cache.advance(step)
+        written.append(k)
+        rooms.append(cache.k.shape[3])
+    assert rooms == [3] * 1 + [6] * 3 + [12] * 6 + [20] * 8
+    keys, values = cache.keys_values(1)
+    np.testing.assert_array_equal(keys, np.concatenate(written, axis=2))
+    np.testing.assert_array_equal(values, 2 * keys)
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.append(0, np.zeros((1, 1, 1, 3)), np.zeros((1, 1, 1, 3)))
+
+
+def test_reserve_makes_the_room_at_once():
+    cache = KVCache.empty(1, 2, 1, 8, 4, np.float32)
+    cache.reserve(6)
+    assert cache.k.shape == (1, 2, 1, 6, 4) and cache.capacity == 8
+    ones = np.ones((2, 1, 6, 4), np.float32)
+    cache.append(0, ones, ones)
+    assert cache.k.shape[3] == 6  # no growth: the room was there

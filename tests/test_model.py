@@ -122,3 +122,17 @@ def test_clear_errors_for_bad_input():
         model.forward(np.zeros((1, 2), dtype=int), cache)
     with pytest.raises(ValueError, match="do not fit this model"):
         model.forward(np.zeros((2, 1), dtype=int), cache)
+
+
+def test_a_new_cache_allocates_what_is_written_not_the_whole_context():
+    """model.new_cache() holds no position until a forward pass writes some; then as many as
+    were written, growing (by doubling) only when the text does."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=64, d_model=8,
+                              n_layers=2, n_heads=2, n_kv_heads=1)
+    model = minillm.random_model(cfg)
+    cache = model.new_cache()
+    assert cache.capacity == 64 and cache.k.nbytes == 0
+    model.forward(np.arange(10)[None], cache)
+    assert cache.k.shape[3] == 10
+    model.forward(np.array([[1]]), cache)
+    assert cache.k.shape[3] == 20 and cache.length == 11

@@ -312,8 +312,8 @@ def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
     target = minillm.random_model(cfg, seed=2, dtype="float64")
     draft = first_layers(target, 2)
     assert draft.config.n_layers == 2 and "layers.2.mlp.down.weight" not in draft.params
-    assert all(draft.weights[name] is target.weights[name] for name in draft.weights)
-    reference = minillm.Model(draft.config, dict(draft.params), fast=False)
+    assert all(draft.params[name] is target.params[name] for name in draft.params)
+    reference = minillm.Model(draft.config, dict(draft.params))
     tokens = np.array([[3, 1, 4, 1, 5]])
     np.testing.assert_allclose(draft.forward(tokens), reference.forward(tokens), atol=1e-12)
     greedy = minillm.generate(target, [3, 1, 4], 20, temperature=0)

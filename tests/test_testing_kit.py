@@ -21,11 +21,12 @@ from minillm import speculative
 from minillm.generate import decode_steps, generation_config
 from minillm.sampling import SamplingConfig, draw, filtered_probs, probabilities, sample_next_token
 from minillm.speculative import speculative_generate
-from minillm.testing import (Engine, check_batch_equivalence, check_cache_equivalence,
-                             check_draws, check_sampler, check_speculative_distribution,
-                             check_stream_decoder, check_window_slides,
-                             exact_sequence_distribution, power_by_noncentral_approximation,
-                             power_by_simulation, smallest_detectable_tv)
+from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, check_batch_equivalence,
+                             check_cache_equivalence, check_draws, check_rollback, check_sampler,
+                             check_speculative_distribution, check_stream_decoder,
+                             check_window_slides, exact_sequence_distribution,
+                             power_by_noncentral_approximation, power_by_simulation,
+                             smallest_detectable_tv)
 from minillm.tokenizer import BYTE_TO_CHAR
 from tests.helpers import byte_tokenizer
 
@@ -384,3 +385,237 @@ def test_the_detectable_total_variation_is_caught_at_the_stated_power():
     wrong = np.where(upper, p * (1 + d / a), p * (1 - d / b))
     assert 0.85 <= power_by_simulation(p, wrong, 3000, trials=1000) <= 1.0
     assert 0.01 < d < 0.1 and smallest_detectable_tv(p, 12_000) < d
+
+
+# -- tolerances and reports --------------------------------------------------------------------
+
+def noisy_one_token_steps(model, noise=1e-3):
+    """An engine like llama.cpp without flash attention: a call of one token runs another
+    kernel, modelled as a fixed perturbation of its logits; longer calls are exact."""
+    wobble = np.random.default_rng(7).standard_normal(model.vocab_size) * noise
+
+    def forward(tokens, cache=None, pad=None):
+        logits = model.forward(tokens, cache, pad)
+        return logits + wobble if np.asarray(tokens).shape[1] == 1 else logits
+    return Engine(model.vocab_size, model.context_length, forward, model.new_cache)
+
+
+def test_every_logits_checker_returns_what_it_saw():
+    cache = check_cache_equivalence(MODERN, atol=ATOL, **SMALL)
+    batch = check_batch_equivalence(MODERN, atol=ATOL, **SMALL)
+    window = check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, max_examples=3)
+    for report in (cache, batch, window):
+        assert report.comparisons > 0 and report.positions >= report.comparisons
+        assert 0 <= report.max_abs <= ATOL and report.top1 == 1.0 and report.repeat == 0
+    assert "positions" in str(cache)
+
+
+def test_a_report_gives_the_largest_difference_of_a_passing_check():
+    """The one-token noise (1e-3 at most, elementwise) passes atol 1e-2 and is reported."""
+    report = check_cache_equivalence(noisy_one_token_steps(MODERN), atol=1e-2, **SMALL)
+    wobble = np.abs(np.random.default_rng(7).standard_normal(MODERN.vocab_size) * 1e-3).max()
+    assert wobble - 1e-12 <= report.max_abs <= wobble + 1e-12
+    assert report.max_kl > 0 and report.max_tv > 0 and report.max_scaled > 0
+
+
+@pytest.mark.parametrize("bound, message", [
+    (Tolerance(scaled=1e-6), "scaled difference"),
+    (Tolerance(kl=1e-12), "KL divergence"),
+    (Tolerance(tv=1e-9), "total variation")], ids=["scaled", "kl", "tv"])
+def test_each_bound_fails_what_exceeds_it_and_passes_what_does_not(bound, message):
+    engine = noisy_one_token_steps(MODERN)
+    with pytest.raises(AssertionError, match=message):
+        check_cache_equivalence(engine, tolerance=bound, **SMALL)
+    loose = dataclasses.replace(bound, **{field: 1.0 for field in ("scaled", "kl", "tv")
+                                          if getattr(bound, field) is not None})
+    check_cache_equivalence(engine, tolerance=loose, **SMALL)
+
+
+def test_top1_is_a_rate_over_every_position_compared():
+    """Noise of 5 against logits of scale ~1 moves the top-1 token on some positions only."""
+    engine = noisy_one_token_steps(MODERN, noise=5.0)
+    seen = check_cache_equivalence(engine, tolerance=Tolerance(top1=0.0), **SMALL)
+    assert 0 < seen.top1 < 1
+    check_cache_equivalence(engine, tolerance=Tolerance(top1=seen.top1), **SMALL)
+    with pytest.raises(AssertionError, match=r"top-1 token agrees on \d+ of \d+ positions"):
+        check_cache_equivalence(engine, tolerance=Tolerance(top1=min(1.0, seen.top1 + 0.01)),
+                                **SMALL)
+
+
+def test_atol_or_tolerance_exactly_one():
+    with pytest.raises(ValueError, match="exactly one"):
+        check_cache_equivalence(MODERN)
+    with pytest.raises(ValueError, match="exactly one"):
+        check_cache_equivalence(MODERN, atol=1e-12, tolerance=Tolerance(atol=1e-12))
+    with pytest.raises(ValueError, match="at least one bound"):
+        check_cache_equivalence(MODERN, tolerance=Tolerance())
+    with pytest.raises(ValueError, match="top1"):
+        Tolerance(top1=1.5)
+
+
+# -- like for like -----------------------------------------------------------------------------
+
+def test_rollback_and_batch_like_for_like_tell_one_token_noise_from_a_bug():
+    """Rows of equal length: a ragged row of one token alone is a one-token call too."""
+    noisy = noisy_one_token_steps(MODERN)
+    with pytest.raises(AssertionError, match="against one uncached call"):
+        check_rollback(noisy, atol=ATOL, **SMALL)
+    check_rollback(noisy, atol=ATOL, reference="chunks", **SMALL)
+    with pytest.raises(AssertionError, match="against the row alone, one uncached call"):
+        check_batch_equivalence(noisy, atol=ATOL, ragged=False, max_batch=2, **SMALL)
+    check_batch_equivalence(noisy, atol=ATOL, ragged=False, reference="chunks", **SMALL)
+    with pytest.raises(AssertionError, match="against a fresh cache fed the same chunks"):
+        check_rollback(truncate_forgotten(noisy), atol=ATOL, reference="chunks", **SMALL)
+
+
+# -- determinism, caches' lifetime, shrinking --------------------------------------------------
+
+def test_an_engine_that_answers_twice_differently_is_named():
+    calls = iter(range(10**6))
+
+    def drifting(tokens, cache=None, pad=None):
+        return MODERN.forward(tokens, cache, pad) + 1e-6 * next(calls)
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, drifting, MODERN.new_cache)
+    with pytest.raises(AssertionError, match="the engine is not deterministic: the same calls"):
+        check_cache_equivalence(engine, atol=ATOL, **SMALL)
+
+
+def test_a_case_that_fails_then_passes_is_named_not_a_flaky_group():
+    """Deterministic on the probe (whose later chunks are one token each), not on the cases:
+    the first later chunk of two tokens or more fails, once."""
+    failed = []
+
+    def once(tokens, cache=None, pad=None):
+        second_chunk = cache is not None and cache.length > 0 and tokens.shape[1] >= 2
+        logits = MODERN.forward(tokens, cache, pad)
+        if second_chunk and not failed:
+            failed.append(True)
+            return logits + 1.0
+        return logits
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, once, MODERN.new_cache)
+    with pytest.raises(AssertionError, match="not deterministic: a case failed, then passed"):
+        check_cache_equivalence(engine, atol=ATOL, **SMALL)
+
+
+def counting_caches(model):
+    """An engine whose caches count how many are alive (closed ones are not)."""
+    alive, most = [0], [0]
+
+    def new_cache(batch_size):
+        cache = model.new_cache(batch_size)
+        alive[0] += 1
+        most[0] = max(most[0], alive[0])
+
+        def close():
+            alive[0] -= 1
+        cache.close = close
+        return cache
+    return new_cache, alive, most
+
+
+@pytest.mark.parametrize("reference", ["uncached", "chunks"])
+def test_caches_are_closed_as_each_case_ends_while_shrinking_too(reference):
+    new_cache, alive, most = counting_caches(MODERN)
+    noisy = noisy_one_token_steps(MODERN)
+    engine = Engine(noisy.vocab_size, noisy.context_length, noisy.forward, new_cache)
+    with pytest.raises(AssertionError):
+        check_cache_equivalence(engine, atol=ATOL, reference=reference, **SMALL)
+    with pytest.raises(AssertionError):
+        check_batch_equivalence(engine, atol=ATOL, reference=reference, **SMALL)
+    assert alive[0] == 0 and most[0] <= 2
+
+
+def test_shrinking_stops_when_its_time_is_spent():
+    """shrink_seconds=0: after the first failure no new case is run, only that one again to
+    report it; the full search runs many more and reports a smaller case."""
+    def counted(calls):
+        def forward(tokens, cache=None, pad=None):
+            calls.append(1)
+            return cache_ignored(MODERN).forward(tokens, cache, pad)
+        return Engine(MODERN.vocab_size, MODERN.context_length, forward, MODERN.new_cache)
+
+    bounded_calls, full_calls = [], []
+    with pytest.raises(AssertionError, match="logits differ") as bounded:
+        check_cache_equivalence(counted(bounded_calls), atol=ATOL, shrink_seconds=0, **SMALL)
+    with pytest.raises(AssertionError, match="logits differ") as full:
+        check_cache_equivalence(counted(full_calls), atol=ATOL, **SMALL)
+    assert len(bounded_calls) < len(full_calls)
+    case = lambda error: str(error.value).split("; ")[1].splitlines()[0]  # noqa: E731
+    assert len(case(full)) < len(case(bounded))
+
+
+# -- one-row and uncached engines, windows -----------------------------------------------------
+
+def test_an_uncached_engine_gets_the_uncached_checks():
+    uncached = Engine(SLIDING.vocab_size, SLIDING.context_length,
+                      lambda tokens, cache=None, pad=None: SLIDING.forward(tokens, pad=pad))
+    report = check_batch_equivalence(uncached, atol=ATOL, **SMALL)
+    assert report.comparisons > 0
+    check_window_slides(greedy_logits(SLIDING, use_cache=False), uncached, atol=1e-10,
+                        max_examples=3)
+    with pytest.raises(AssertionError, match="row .* of the batch"):
+        check_batch_equivalence(padding_attended(MODERN), atol=ATOL, **SMALL)
+
+
+def test_an_engine_with_one_row_per_cache():
+    def one_row(batch_size):
+        if batch_size != 1:
+            raise ValueError("one row per cache")
+        return MODERN.new_cache(1)
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, MODERN.forward, one_row)
+    check_cache_equivalence(engine, atol=ATOL, max_batch=1, **SMALL)
+    with pytest.raises(AssertionError):
+        check_cache_equivalence(cache_ignored(engine), atol=ATOL, max_batch=1, **SMALL)
+
+
+def test_the_window_is_the_loops_not_the_engines_context():
+    """SLIDING's loop slides at 6 tokens; an engine that claims a context of 12 is checked at
+    window=6; a window past the engine's context is refused."""
+    wide = Engine(SLIDING.vocab_size, 12, SLIDING.forward, SLIDING.new_cache)
+    report = check_window_slides(greedy_logits(SLIDING), wide, atol=1e-10, window=6,
+                                 max_examples=3)
+    assert report.worst.startswith("step") and "window 6" in report.worst
+    with pytest.raises(ValueError, match="window"):
+        check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, window=7)
+
+
+# -- samplers of other engines -----------------------------------------------------------------
+
+def temperature_first(z, knobs):
+    """minillm's own rule: the temperature before the filters."""
+    return probabilities(np.asarray(z, dtype=np.float64), knobs)
+
+
+def temperature_last(z, knobs):
+    """The filters on softmax(z), then softmax(z / T) over what they kept (llama.cpp's order)."""
+    z = np.asarray(z, dtype=np.float64)
+    untempered = dataclasses.replace(knobs, temperature=1.0)
+    kept = probabilities(z, untempered) > 0 if not knobs.greedy else None
+    if kept is None:
+        return probabilities(z, knobs)
+    e = np.where(kept, np.exp((z - z.max(axis=-1, keepdims=True)) / knobs.temperature), 0.0)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_sampler_checker_takes_another_order_of_knobs():
+    knobs = SamplingConfig(temperature=0.7, top_p=0.5)
+    check_sampler(temperature_last, knobs, order=LLAMA_CPP_ORDER, max_examples=30)
+    with pytest.raises(AssertionError, match="differs from minillm's filtered_probs"):
+        check_sampler(temperature_last, knobs, max_examples=30)
+    with pytest.raises(AssertionError, match="in the order"):
+        check_sampler(temperature_first, knobs, order=LLAMA_CPP_ORDER, max_examples=30)
+
+
+def test_sampler_checker_in_float32_with_the_knobs_first_in_its_message():
+    def in_float32(z, knobs):
+        assert z.dtype == np.float32
+        return probabilities(z, knobs).astype(np.float32)
+
+    report = check_sampler(in_float32, atol=1e-6, dtype="float32")
+    assert report.cases > 0 and report.max_diff <= 1e-6
+    with pytest.raises(AssertionError, match=r"^SamplingConfig\(temperature=0.7"):
+        check_sampler(top_p_without_the_crossing_token, SamplingConfig(temperature=0.7,
+                                                                       top_p=0.8))

@@ -391,8 +391,8 @@ def test_from_gguf_add_bos_token():
     ({"pre": "deepseek-coder"}, "'deepseek-coder'"),
     ({"model": "llama"}, "'llama'"),
     ({"model": "t5"}, "'t5'"),
-    ({"eos_token_id": 999}, "eos_token_id 999"),
-    ({"token_type": [1, 1]}, "token types"),
+    ({"eos_token_id": 999}, "eos_token_id: found integer 999"),
+    ({"token_type": [1, 1]}, "token_type: found 2 values"),
     ({"add_eos_token": True}, "add_eos_token"),
 ])
 def test_from_gguf_refuses_what_it_cannot_read(changes, message):

@@ -8,7 +8,7 @@ activation) is wrapped in a timer for the duration of the run; linear layers are
 their weight's shape. The rest of a step (Python glue, embedding, cache writes, residual adds,
 sampling) is what remains of the wall time of minillm.generate. The model runs the fast path
 (`minillm.fast`'s products, timed inside `linear`) unless --reference asks for
-`Model(..., fast=False)`.
+the model without `minillm.fast.accelerate`.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from collections import defaultdict
 
 import minillm
 import minillm.model as model_module
+from minillm.fast import accelerate
 
 from ..suite.machine import set_threads
 from ..suite.shapes import FULL_SIZES
@@ -70,19 +71,18 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--int8", action="store_true", help="profile minillm.quantize(model)")
     p.add_argument("--reference", action="store_true",
-                   help="the reference path: Model(..., fast=False)")
+                   help="the reference path: the model without minillm.fast.accelerate")
     p.add_argument("--model", default=None, metavar="PATH",
                    help="profile this .npz (e.g. the real model of `minillm fetch`), not --size")
     args = p.parse_args(argv)
     print(set_threads(args.threads)[0])
-    fast = not args.reference
     if args.model:
-        loaded = minillm.load(args.model)
-        model = minillm.Model(loaded.config, dict(loaded.params), loaded.tokenizer, fast=fast)
+        model = minillm.load(args.model, fast=False)
         args.size = args.model
     else:
-        model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0,
-                                     fast=fast)
+        model = minillm.random_model(minillm.ModelConfig(**FULL_SIZES[args.size]), seed=0)
+    if not args.reference:
+        model = accelerate(model)
     if args.int8:
         model = minillm.quantize(model)  # keeps the model's path
     totals, wall = profile(model, list(range(16)), args.steps)

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         ids = np.random.default_rng(0).integers(0, SPROUT.vocab_size, args.windows * args.length)
         print("random Sprout-size model on random tokens (losses are not language figures)")
     elif args.model_path:
-        model = minillm.load(args.model_path)
+        model = minillm.load(args.model_path, fast=False)
         tokenizer = model.tokenizer
         if args.tokenizer:
             from minillm.tokenizer import load_tokenizer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import minillm
+from minillm.fast import accelerate
 
 from .timing import Missing
 
@@ -21,9 +22,9 @@ def _cached(ctx, key, build):
 
 
 def model(ctx, size):
-    """minillm float32, random weights (seed 0) of the size's shape."""
-    return _cached(ctx, ("f32", size),
-                   lambda: minillm.random_model(ctx["settings"].sizes[size], seed=0))
+    """minillm float32, random weights (seed 0) of the size's shape, on the fast path."""
+    return _cached(ctx, ("f32", size), lambda: accelerate(
+        minillm.random_model(ctx["settings"].sizes[size], seed=0)))
 
 
 def int8(ctx, size):

@@ -40,8 +40,9 @@ def products_seconds(model, T: int, calls: int) -> float:
     matrix a forward pass multiplies by (each layer's, then the output layer), through the same
     products as forward (minillm.fast), with nothing between them: no attention, no norms, no
     Python glue. What a pass would cost if the rest were free."""
-    matrices = [w for name, w in model.weights.items()  # embeddings are looked up, not multiplied
-                if hasattr(w, "matmul") and not name.endswith("emb.weight")]
+    matrices = [w for name, w in model.params.items()  # embeddings are looked up, not multiplied
+                if hasattr(w, "matmul") and not name.endswith(("emb.weight", "lm_head.weight"))]
+    matrices.append(model.output_weight)
     rng = np.random.default_rng(0)
     inputs = {w.shape[1]: rng.standard_normal((T, w.shape[1])).astype(model.dtype)
               for w in matrices}
@@ -82,8 +83,10 @@ def run(ctx):
                    for name in real.int8_kinds()})
     out = []
     for kind, model in models.items():
-        cache = model.new_cache()
+        cache = model.new_cache()  # as a user makes one: it grows as it fills
+        began = time.perf_counter()
         model.forward(prompt, cache, last=1)
+        prefill = prompt.shape[1] / (time.perf_counter() - began)
         start = cache.length
         calls = 1 if s.quick else CALLS
         seconds = {T: [] for T in LENGTHS}
@@ -94,8 +97,12 @@ def run(ctx):
         for T in LENGTHS:
             steps = [t / one for t, one in zip(seconds[T], seconds[1])]
             ms = float(np.median(seconds[T])) * 1e3
+            note = f"{ms:.1f} ms per pass, {ms / T:.1f} ms per token"
+            if T == 1:
+                note += (f"; the prompt's prefill into a fresh model.new_cache(): "
+                         f"{prefill:.0f} tokens/s")
             out.append(Row("real-passes", kind, f"pass of {T} token{'s' * (T > 1)}", "steps",
-                           steps, note=f"{ms:.1f} ms per pass, {ms / T:.1f} ms per token"))
+                           steps, note=note))
         out += products_rows(kind, model, s.repeats, calls, seconds[1])
     if "minillm int8 + emb" not in real.int8_kinds():
         out.append(Row("real-passes", "int8 + emb", "all", "steps", missing=real.EMB_MISSING))

@@ -78,7 +78,7 @@ def load_torch_loop(npz):
     from . import torch_loop
     from .roofline import bytes_per_token
 
-    model = minillm.load(npz)
+    model = minillm.load(npz, fast=False)  # params in minillm's plain layout, as torch reads it
     cfg, params, rope = torch_loop.load(model)
     net = (dataclasses.replace(cfg, context_length=TORCH_CONTEXT), params, rope)
 
@@ -179,8 +179,6 @@ def main(argv=None) -> int:
     args = argv or sys.argv[1:]
     name, threads = args[0], int(args[1])
     context = int(args[2]) if len(args) > 2 else TORCH_CONTEXT
-    if name == "PyTorch loop":
-        os.environ["MINILLM_FAST"] = "0"  # params in minillm's plain layout, as torch reads it
     from .machine import set_threads
 
     set_threads(threads)

@@ -50,9 +50,10 @@ def bytes_per_token(model) -> int:
 
 
 def nbytes(w) -> int:
-    """Resident bytes of a weight: an array, or a quantized weight's arrays (q, scales, ...)."""
-    if isinstance(w, np.ndarray):
-        return w.nbytes
+    """Bytes of a weight's values: an array (or what reads as one, as minillm.fast.Dense does:
+    its values once, whatever copies it keeps), or a quantized weight's arrays (q, scales)."""
+    if hasattr(w, "__array__"):
+        return np.asarray(w).nbytes
     return sum(v.nbytes for v in vars(w).values() if isinstance(v, np.ndarray))
 
 

@@ -18,6 +18,7 @@ import os
 import time
 
 import minillm
+from minillm.fast import accelerate
 
 from . import contenders as C
 from .machine import set_threads
@@ -34,8 +35,8 @@ def models(ctx):
         return Missing("minillm.speculative_generate not available yet")
     if s.quick:
         target = C.model(ctx, "student")
-        draft = minillm.random_model(minillm.ModelConfig(**{
-            **target.config.to_dict(), "n_layers": 1}), seed=1)
+        draft = accelerate(minillm.random_model(minillm.ModelConfig(**{
+            **target.config.to_dict(), "n_layers": 1}), seed=1))
         return target, draft, C.prompts(target.config, 1, 16)[0], "random tiny pair (quick)"
     pair = shipped_pair()
     if isinstance(pair, Missing):

@@ -11,6 +11,7 @@ import os
 import sys
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
+from . import desk
 from .threads import blas_threads
 from .usage import UsageError
 
@@ -24,6 +25,7 @@ COMMANDS = {
     "eval": evaluate,
     "fetch": fetch,
     "chat": chat,
+    "desk": desk,
 }
 
 

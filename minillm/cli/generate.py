@@ -64,6 +64,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--logprobs", action="store_true",
                         help="print a table of every token's log-probability instead of the "
                              "text (layout above)")
+    parser.add_argument("--explain", action="store_true",
+                        help="mark every new token by its surprise, its rank among the "
+                             "candidates and whether it repeats an earlier 4-token phrase "
+                             "(colours on a terminal, [text|surprise|rank|R] when piped)")
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="draw each new token's rank and surprise into FILE.png (needs "
+                             "matplotlib; implies --explain)")
 
 
 # -- arguments shared with `minillm next` ---------------------------------------------------
@@ -232,6 +239,8 @@ def run(args) -> int:
 
     if args.logprobs:
         return print_logprobs(model, prompt, args)
+    if args.explain or args.plot:
+        return print_explained(model, prompt, args)
     stats = SpeculativeStats()
     tokens = token_stream(model, prompt, args, stats)  # checks every knob before any output
     write = text_writer(model.tokenizer, sys.stdout, args.stop)
@@ -277,6 +286,21 @@ def print_logprobs(model, prompt, args) -> int:
     print(f"[{n} tokens in {seconds:.2f} s, prompt {len(prompt)} tokens; new tokens: "
           f"{sum(rollout.logprobs):.4f} nats as drawn, {sum(rollout.raw_logprobs):.4f} at "
           "temperature 1]", file=sys.stderr)
+    return 0
+
+
+def print_explained(model, prompt, args) -> int:
+    """--explain, --plot: the text with every new token marked (minillm/explain.py)."""
+    from ..explain import legend, write_explained
+
+    if args.draft is not None or args.draft_model is not None or args.logprobs:
+        raise UsageError("--explain: not with --logprobs or speculative decoding")
+    colour = sys.stdout.isatty()
+    print(legend(colour), file=sys.stderr)
+    write_explained(sys.stdout, model, prompt, colour, args.plot,
+                    max_new_tokens=args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
+                    stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
+                    stop_strings=args.stop)
     return 0
 
 

@@ -23,6 +23,7 @@ def _part(name: str) -> str:
 
 
 def run(args) -> int:
+    from ..fast import FastModel
     from ..weights import load
 
     model = load(args.model_path)
@@ -37,13 +38,13 @@ def run(args) -> int:
         dtypes[str(value.dtype)] += size
     total = sum(counts.values())
     print(f"parameters: {total:,}" + ("  (output layer tied to the embedding)"
-                                      if cfg.tie_embeddings else ""))
+                                      if cfg.tie_embeddings and isinstance(model, FastModel) else ""))
     for part, n in counts.items():
         print(f"  {part:15s} {n:>12,}  {100 * n / total:5.1f}%")
     print("dtypes: " + ", ".join(f"{d} {n:,}" for d, n in dtypes.items()))
     print(f"weights in memory: {model.nbytes / 2**20:.2f} MiB" + (
         "  (with a column-major copy of the tied output layer, for decoding)"
-        if cfg.tie_embeddings else ""))
+        if cfg.tie_embeddings and isinstance(model, FastModel) else ""))
     tok = model.tokenizer
     print("tokenizer: " + ("none" if tok is None else f"{len(tok)} tokens"))
     return 0

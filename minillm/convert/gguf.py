@@ -11,7 +11,8 @@ The layout, every number little-endian:
     metadata  count x (key: string | value type u32 | value)
     tensors   count x (name: string | n_dims u32 | dims u64 x n_dims | ggml type u32 | offset u64)
     padding   to a multiple of `general.alignment` (32 when absent)
-    data      each tensor's bytes at data start + its offset (a multiple of the alignment)
+    data      each tensor's bytes at data start + its offset (a multiple of the alignment),
+              in the order of the table, no two overlapping
 
 A string is a u64 byte length and UTF-8 bytes; an array is an element type u32, a u64 count and
 the elements (arrays of strings and of arrays too). Dims are listed fastest-varying first, so a
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..weights import WeightsError
+from .gguf_metadata import read
 from .gguf_quants import check_type, dequantize, tensor_nbytes, type_name
 
 MAGIC = b"GGUF"
@@ -130,11 +132,17 @@ def _parse(buf, path) -> GGUFFile:
         infos.append(info)
     data_start = -(-pos // alignment) * alignment  # the next multiple of the alignment
 
-    tensors = {}
+    tensors, end, previous = {}, 0, None  # end: where the previous tensor's data ends
     for name, shape, ggml_type, offset in infos:
         if name in tensors:
             raise WeightsError(f"tensor {name!r} appears twice")
         tensors[name] = _tensor(buf, name, shape, ggml_type, offset, data_start, alignment)
+        if tensors[name].raw.size:  # as ggml: the data regions follow the table's order
+            if offset < end:
+                raise WeightsError(f"tensor {name!r}: data at offset {offset} overlaps or "
+                                   f"precedes the data of tensor {previous!r}, which ends at "
+                                   f"{end}; the regions must follow the table's order")
+            end, previous = offset + tensors[name].raw.size, name
     return GGUFFile(path, version, metadata, tensors)
 
 
@@ -205,9 +213,8 @@ def _array(buf, pos, what, depth):
 
 
 def _alignment(metadata) -> int:
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0
-            or alignment & (alignment - 1)):
+    alignment = read(metadata, "general.alignment", "uint32", default=DEFAULT_ALIGNMENT)
+    if alignment <= 0 or alignment & (alignment - 1):
         raise WeightsError(f"general.alignment must be a power of two, got {alignment!r}")
     return alignment
 

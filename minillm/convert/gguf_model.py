@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ModelConfig
+from ..config import MAX_CONTEXT_LENGTH, ModelConfig
 from ..tokenizer import Tokenizer
 from ..weights import WeightsError
 from .gguf import GGUFFile, read_gguf
+from .gguf_metadata import REQUIRED, read
 from .naming import Naming
 from .state_dict import from_state_dict
+
+# The allowed ranges of the RMSNorm epsilon and the RoPE base (docs/CONVERT.md): outside them
+# the number is no model's (an epsilon that swamps unit activations; frequencies that do not
+# decay, or that rotate less than 1e-6 radians over the longest context).
+EPS_RANGE = (1e-12, 1.0)
+ROPE_BASE_RANGE = (1.0, 1e12)
 
 # Architectures read, and whether llama.cpp's converter permuted their q and k rows.
 ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False}
@@ -49,26 +56,34 @@ GGUF_NAMES = {
 
 def model_from_gguf(source, dtype="float32", tokenizer=True):
     """A Model from a GGUF path or a GGUFFile from read_gguf, with the tokenizer (and its chat
-    template) that the file's metadata describes, when it describes one and `tokenizer`."""
+    template) that the file's metadata describes, when it describes one and `tokenizer`.
+
+    Nothing is dequantized before the metadata and the tensor table agree: the config is read
+    and bounded (config_from_gguf), every tensor it needs is present with the shape it needs
+    (check_tensors), and the tokenizer's keys are checked (gguf_metadata.tokenizer_metadata).
+    The model is then built through the checks of `load`, tokenizer included: whatever
+    converts also saves and loads."""
     gguf = source if isinstance(source, GGUFFile) else read_gguf(source)
     try:
         arch = architecture(gguf)
         config = config_from_gguf(gguf)
+        check_tensors(gguf, config)
+        tok = None
+        if tokenizer and "tokenizer.ggml.model" in gguf.metadata:
+            tok = Tokenizer.from_gguf(gguf.metadata)
         naming = Naming(GGUF_NAMES, interleaved_rope=ARCHITECTURES[arch])
         state_dict = {name: tensor.numpy() for name, tensor in gguf.tensors.items()}
-        model = from_state_dict(state_dict, config, naming=naming, dtype=dtype)
-        if tokenizer and "tokenizer.ggml.model" in gguf.metadata:
-            model.tokenizer = Tokenizer.from_gguf(gguf.metadata)
-            if len(model.tokenizer) > config.vocab_size:
-                raise ValueError(f"tokenizer: {len(model.tokenizer)} tokens do not fit the "
-                                 f"model's vocab_size {config.vocab_size}")
-        return model
+        # The tokenizer goes in as the .npz stores it: what load would refuse is refused here.
+        return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
+                               tokenizer_json=None if tok is None else tok.to_json(),
+                               tokenizer_config_json=None if tok is None else
+                               tok.config.to_json())
     except ValueError as e:  # WeightsError included: one line, naming the file
         raise WeightsError(f"{gguf.path}: {e}") from None
 
 
 def architecture(gguf: GGUFFile) -> str:
-    arch = gguf.metadata.get("general.architecture")
+    arch = read(gguf.metadata, "general.architecture", "string")
     if arch not in ARCHITECTURES:
         raise WeightsError(f"general.architecture {arch!r} is not supported; minillm converts "
                            f"{', '.join(ARCHITECTURES)}")
@@ -76,46 +91,112 @@ def architecture(gguf: GGUFFile) -> str:
 
 
 def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
-    """ModelConfig(arch="modern") from the `{arch}.*` metadata; refuses what minillm would
-    compute differently (rope scaling, partial rotation, other head sizes, experts)."""
+    """ModelConfig(arch="modern") from the `{arch}.*` metadata, each key read through
+    gguf_metadata.read with its type and range; refuses what minillm would compute differently
+    (rope scaling, partial rotation, other head sizes, experts).
+
+    The sizes are bounded by the file before anything is built from them: the vocabulary and
+    the width are token_embd.weight's shape, the block count is the number of blocks whose
+    tensors the file holds, the heads divide the width; the context length is at most
+    MAX_CONTEXT_LENGTH."""
     arch = architecture(gguf)
-    meta = gguf.metadata
 
-    def get(key, default=None):
-        value = meta.get(f"{arch}.{key}", default)
-        if value is None:
-            raise WeightsError(f"missing metadata {arch}.{key}")
-        return value
+    def get(key, type="uint32", default=REQUIRED, **bounds):
+        return read(gguf.metadata, f"{arch}.{key}", type, default=default, **bounds)
 
-    if "token_embd.weight" not in gguf.tensors:
+    embedding = gguf.tensors.get("token_embd.weight")
+    if embedding is None:
         raise WeightsError("no token_embd.weight tensor")
-    if get("expert_count", 0):
+    if len(embedding.shape) != 2 or 0 in embedding.shape:
+        raise WeightsError(f"token_embd.weight: found shape {embedding.shape}, expected "
+                           "(vocab_size, embedding_length)")
+    vocab_size, d_model = embedding.shape
+    if get("expert_count", default=0):
         raise WeightsError(f"{arch}.expert_count is {get('expert_count')}: mixtures of experts "
                            "are not supported")
-    scaling = get("rope.scaling.type", "none")
+    scaling = get("rope.scaling.type", "string", default="none")
     if scaling != "none" or "rope_freqs.weight" in gguf.tensors:
         raise WeightsError(f"RoPE scaling ({scaling if scaling != 'none' else 'rope_freqs'}) "
                            "is not supported")
-    n_heads = get("attention.head_count")
+    n_blocks = blocks_in(gguf)
+    n_layers = get("block_count", low=1)
+    if n_layers != n_blocks:
+        raise WeightsError(f"{arch}.block_count: found integer {n_layers}, expected "
+                           f"{n_blocks}, the number of blocks (blk.N) the file holds tensors of")
+    if get("embedding_length", low=1) != d_model:
+        raise WeightsError(f"{arch}.embedding_length: found integer {get('embedding_length')}, "
+                           f"expected {d_model}, the columns of token_embd.weight")
+    n_heads = get("attention.head_count", low=1, high=d_model)
+    n_kv_heads = get("attention.head_count_kv", default=n_heads, low=1, high=n_heads)
+    if d_model % n_heads or n_heads % n_kv_heads or d_model // n_heads % 2:
+        raise WeightsError(f"{arch}.attention.head_count {n_heads} and head_count_kv "
+                           f"{n_kv_heads}: expected head_count_kv to divide head_count, and "
+                           f"head_count to divide embedding_length {d_model} into heads of "
+                           "even size")
     config = ModelConfig(
         arch="modern",
-        vocab_size=gguf.tensors["token_embd.weight"].shape[0],
-        context_length=get("context_length"),
-        d_model=get("embedding_length"),
-        n_layers=get("block_count"),
+        vocab_size=vocab_size,
+        context_length=get("context_length", low=1, high=MAX_CONTEXT_LENGTH),
+        d_model=d_model,
+        n_layers=n_layers,
         n_heads=n_heads,
-        n_kv_heads=get("attention.head_count_kv", n_heads),
-        d_ff=get("feed_forward_length"),
-        norm_eps=shortest_float32(get("attention.layer_norm_rms_epsilon")),
-        rope_theta=shortest_float32(get("rope.freq_base", 10000.0)),
+        n_kv_heads=n_kv_heads,
+        d_ff=get("feed_forward_length", low=1),
+        norm_eps=shortest_float32(get("attention.layer_norm_rms_epsilon", "float32",
+                                      low=EPS_RANGE[0], high=EPS_RANGE[1])),
+        rope_theta=shortest_float32(get("rope.freq_base", "float32", default=10000.0,
+                                        low=ROPE_BASE_RANGE[0], high=ROPE_BASE_RANGE[1])),
         tie_embeddings="output.weight" not in gguf.tensors,
         bias="blk.0.attn_q.bias" in gguf.tensors,
     )
     for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
-        if get(key, config.head_dim) != config.head_dim:
+        if get(key, default=config.head_dim) != config.head_dim:
             raise WeightsError(f"{arch}.{key} is {get(key)}, but minillm needs the head size "
                                f"embedding_length / head_count = {config.head_dim}")
     return config
+
+
+def blocks_in(gguf: GGUFFile) -> int:
+    """The number of distinct blocks N that tensors named blk.N.* belong to."""
+    return len({name.split(".")[1] for name in gguf.tensors if name.startswith("blk.")})
+
+
+def gguf_shapes(cfg: ModelConfig) -> dict:
+    """{GGUF tensor name: NumPy shape} of every tensor a file of this config holds."""
+    D, F, V, d = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
+    q_rows, kv_rows = cfg.n_heads * d, cfg.n_kv_heads * d
+    shapes = {"token_embd.weight": (V, D), "output_norm.weight": (D,)}
+    if not cfg.tie_embeddings:
+        shapes["output.weight"] = (V, D)
+    for i in range(cfg.n_layers):
+        blk = f"blk.{i}."
+        shapes.update({blk + "attn_norm.weight": (D,), blk + "attn_q.weight": (q_rows, D),
+                       blk + "attn_k.weight": (kv_rows, D), blk + "attn_v.weight": (kv_rows, D),
+                       blk + "attn_output.weight": (D, q_rows), blk + "ffn_norm.weight": (D,),
+                       blk + "ffn_gate.weight": (F, D), blk + "ffn_up.weight": (F, D),
+                       blk + "ffn_down.weight": (D, F)})
+        if cfg.bias:
+            shapes.update({blk + "attn_q.bias": (q_rows,), blk + "attn_k.bias": (kv_rows,),
+                           blk + "attn_v.bias": (kv_rows,)})
+    return shapes
+
+
+def check_tensors(gguf: GGUFFile, cfg: ModelConfig) -> None:
+    """The file's tensors are exactly those of the config, each of the shape it needs; else a
+    WeightsError in the file's terms (tensor name, expected and found shape)."""
+    expected = gguf_shapes(cfg)
+    missing = [name for name in expected if name not in gguf.tensors]
+    if missing:
+        raise WeightsError(f"missing tensor(s) {', '.join(missing[:8])}"
+                           + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+    unexpected = [name for name in gguf.tensors if name not in expected]
+    if unexpected:
+        raise WeightsError(f"unexpected tensor(s) {', '.join(unexpected[:8])}"
+                           + (f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else ""))
+    for name, shape in expected.items():
+        if gguf.tensors[name].shape != shape:
+            raise WeightsError(f"tensor {name}: found shape {gguf.tensors[name].shape}, "
+                               f"expected {shape}")
 
 
 def shortest_float32(value) -> float:

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from ..fast import reference
 from ..weights import write_replacing
 from .gguf import is_gguf
 from .gguf_model import model_from_gguf
@@ -153,7 +154,7 @@ def _check_tokenizer(text, config_json, path) -> None:
 
 def to_hf_state_dict(model) -> dict:
     """minillm parameters -> Hugging Face names and layouts (GPT-2 Conv1D is (in, out))."""
-    cfg, p = model.config, model.params
+    cfg, p = model.config, reference(model).params  # arrays, whichever model was loaded
     out = {}
     if cfg.arch == "classic":
         out["transformer.wte.weight"] = p["tok_emb.weight"]
@@ -195,7 +196,7 @@ def to_hf_state_dict(model) -> dict:
 
 def export_hf(model, out_dir) -> None:
     """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json."""
-    if not all(isinstance(w, np.ndarray) for w in model.params.values()):
+    if not all(isinstance(w, np.ndarray) for w in reference(model).params.values()):
         raise ValueError("model: quantized weights cannot be exported; export the float model")
     config = config_to_hf(model.config, dtype=str(model.dtype))  # raises if not expressible
     tokenizer = model.tokenizer

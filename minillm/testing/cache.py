@@ -7,84 +7,147 @@ Three properties, for any tokens, any batch size and any way of cutting the text
     causal:    the chunks together give forward(tokens): a position's logits do not depend on
                later tokens (in a one-layer model, a mask that lets each token see one token
                ahead passes `chunked`, both paths stopping at the chunk's end, and fails this)
-    rollback:  caching tokens, cache.truncate(keep), then feeding `more` gives
-               forward(tokens[:, :keep] + more)[:, keep:]   (speculative decoding's rollback)
+    rollback:  caching tokens, cache.truncate(keep), then feeding `more` gives the logits of
+               the text tokens[:, :keep] + more at the positions of `more`, computed by
+               reference="uncached":  forward(tokens[:, :keep] + more), one uncached call, or
+               reference="chunks":    a fresh cache fed tokens[:, :keep], then `more`: the same
+                                      calls as the rolled-back cache, so that an engine whose
+                                      one-token steps differ from its long calls (a kernel per
+                                      call shape) is judged on its rollback alone
 
-Tolerance: |cached - uncached| <= atol + rtol |uncached|. The two paths differ only in the order
-of floating-point sums, so float64 engines agree to ~1e-12 and float32 ones to ~1e-5 (for
-logits of order 1); pick atol from the engine's dtype.
+Tolerance (compare.Tolerance): the cached and uncached paths differ only in the order of
+floating-point sums, so float64 engines agree to ~1e-12 and float32 ones to ~1e-5 (for logits
+of order 1); pick atol from the engine's dtype, or a scaled, KL, TV or top-1 bound for an
+engine whose paths run different kernels.
 """
 from __future__ import annotations
 
-import numpy as np
-from hypothesis import given
+import dataclasses
 
-from .compare import assert_logits_close
-from .engine import can_truncate, logits_of, require_cache
-from .settings import checker_settings
+import numpy as np
+
+from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
+from .compare import tolerance_of
+from .engine import assert_deterministic, can_truncate, logits_of, open_cache, require_cache
+from .settings import SHRINK_SECONDS, run_property
 from .strategies import chunk_cases, rollback_cases
 
+REFERENCES = ("uncached", "chunks")
 
-def assert_chunks_match(engine, tokens, cuts, atol: float, rtol: float = 0.0) -> np.ndarray:
-    """Feed tokens (B, T) through one cache in chunks [cuts[i], cuts[i + 1]) and compare each
-    chunk's logits with the uncached forward pass of the text up to the chunk's end, then all
-    of them with the uncached pass over the whole text. cuts: positions in (0, T) (0 and T
-    may be given too). Returns the cached logits (B, T, V), for further comparisons."""
+
+def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Report]:
+    """assert_chunks_match's comparisons: the cached logits (B, T, V) and what was measured."""
     require_cache(engine)
     tokens = np.asarray(tokens, dtype=np.int64)
     cuts = sorted(set(cuts) | {0, tokens.shape[1]})
     case = f"tokens {tokens.tolist()}, chunks cut at {cuts}"
-    cache = engine.new_cache(len(tokens))
-    chunks = []
-    for a, b in zip(cuts, cuts[1:]):
-        chunks.append(logits_of(engine, tokens[:, a:b], cache))
-        want = logits_of(engine, tokens[:, :b])[:, a:b]
-        assert_logits_close(chunks[-1], want, atol, rtol, f"cached chunk [{a}, {b})", case,
-                            first=a)
+    chunks, reports = [], []
+    with open_cache(engine, len(tokens)) as cache:
+        for a, b in zip(cuts, cuts[1:]):
+            chunks.append(logits_of(engine, tokens[:, a:b], cache))
+            want = logits_of(engine, tokens[:, :b])[:, a:b]
+            reports.append(assert_logits_close(chunks[-1], want, tol, f"cached chunk [{a}, {b})",
+                                               case, first=a))
     cached = np.concatenate(chunks, axis=1)
-    assert_logits_close(cached, logits_of(engine, tokens), atol, rtol,
-                        "cached chunks against the whole text (causality)", case)
-    return cached
+    reports.append(assert_logits_close(cached, logits_of(engine, tokens), tol,
+                                       "cached chunks against the whole text (causality)", case))
+    return cached, combine(reports)
 
 
-def assert_rollback_matches(engine, tokens, keep: int, more, atol: float,
-                            rtol: float = 0.0) -> None:
+def assert_chunks_match(engine, tokens, cuts, atol: float | None = None, rtol: float = 0.0, *,
+                        tolerance: Tolerance | None = None) -> np.ndarray:
+    """Feed tokens (B, T) through one cache in chunks [cuts[i], cuts[i + 1]) and compare each
+    chunk's logits with the uncached forward pass of the text up to the chunk's end, then all
+    of them with the uncached pass over the whole text. cuts: positions in (0, T) (0 and T
+    may be given too). Returns the cached logits (B, T, V), for further comparisons."""
+    return compare_chunks(engine, tokens, cuts, tolerance_of(atol, rtol, tolerance))[0]
+
+
+def assert_rollback_matches(engine, tokens, keep: int, more, atol: float | None = None,
+                            rtol: float = 0.0, *, tolerance: Tolerance | None = None,
+                            reference: str = "uncached") -> Report:
     """Cache all of tokens (B, T), cache.truncate(keep), feed `more` (B, M): the logits must be
-    those of the uncached text tokens[:, :keep] + more, at the positions of `more`."""
+    those of the text tokens[:, :keep] + more at the positions of `more`, from one uncached
+    call (reference="uncached") or a fresh cache fed tokens[:, :keep] then `more`
+    (reference="chunks"). Two caches of B rows are alive at once with "chunks"."""
+    tol = tolerance_of(atol, rtol, tolerance)
     require_cache(engine)
+    if reference not in REFERENCES:
+        raise ValueError(f"reference: must be one of {REFERENCES}, got {reference!r}")
     tokens, more = np.asarray(tokens, dtype=np.int64), np.asarray(more, dtype=np.int64)
-    cache = engine.new_cache(len(tokens))
-    if not can_truncate(cache):
+    case = f"tokens {tokens.tolist()}, then {more.tolist()}"
+    with open_cache(engine, len(tokens)) as cache:
+        if not can_truncate(cache):
+            raise ValueError("engine: its cache has no truncate(length), so rollback cannot be "
+                             "checked")
+        logits_of(engine, tokens, cache)
+        cache.truncate(keep)
+        got = logits_of(engine, more, cache)
+        if reference == "uncached":
+            text = np.concatenate([tokens[:, :keep], more], axis=1)
+            want = logits_of(engine, text)[:, keep:]
+            what = f"after truncate({keep}), against one uncached call"
+        else:
+            with open_cache(engine, len(tokens)) as fresh:
+                if keep:
+                    logits_of(engine, tokens[:, :keep], fresh)
+                want = logits_of(engine, more, fresh)
+            what = f"after truncate({keep}), against a fresh cache fed the same chunks"
+    return assert_logits_close(got, want, tol, what, case, first=keep)
+
+
+def rolls_back(engine) -> bool:
+    """Whether the engine's caches have truncate(length)."""
+    with open_cache(engine, 1) as probe:
+        return can_truncate(probe)
+
+
+def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
+                   tolerance: Tolerance | None = None, reference: str = "uncached",
+                   max_batch: int = 2, max_length: int = 16, max_examples: int = 25,
+                   shrink_seconds: float = SHRINK_SECONDS) -> Report:
+    """The rollback property alone (check_cache_equivalence runs it too), against
+    `reference`, on `max_examples` drawn cases; returns a Report."""
+    tol = tolerance_of(atol, rtol, tolerance)
+    require_cache(engine)
+    length = min(max_length, engine.context_length)
+    if not rolls_back(engine):
         raise ValueError("engine: its cache has no truncate(length), so rollback cannot be "
                          "checked")
-    logits_of(engine, tokens, cache)
-    cache.truncate(keep)
-    got = logits_of(engine, more, cache)
-    text = np.concatenate([tokens[:, :keep], more], axis=1)
-    want = logits_of(engine, text)[:, keep:]
-    assert_logits_close(got, want, atol, rtol, f"after truncate({keep})",
-                        f"tokens {tokens.tolist()}, then {more.tolist()}", first=keep)
+    if length < 2:
+        raise ValueError(f"engine: a context of {length} token cannot hold a rollback case")
+    reports = []
+    run_property(rollback_cases(engine.vocab_size, max_batch, length),
+                 lambda case: reports.append(assert_rollback_matches(
+                     engine, *case, tolerance=per_case(tol), reference=reference)),
+                 max_examples, shrink_seconds)
+    report = combine(reports)
+    assert_top1(report, tol, "rollback checks")
+    return report
 
 
-def check_cache_equivalence(engine, atol: float, rtol: float = 0.0, max_batch: int = 2,
-                            max_length: int = 16, max_examples: int = 25) -> None:
+def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0, *,
+                            tolerance: Tolerance | None = None, reference: str = "uncached",
+                            max_batch: int = 2, max_length: int = 16, max_examples: int = 25,
+                            shrink_seconds: float = SHRINK_SECONDS) -> Report:
     """The properties of the module docstring on `max_examples` drawn cases each (Hypothesis,
     derandomized: the same cases on every run). Texts are at most min(max_length,
     engine.context_length) tokens. Rollback is checked when the engine's caches have
-    truncate(length). Raises AssertionError with the smallest failing case Hypothesis finds."""
+    truncate(length), against `reference`. Bounds: atol (and rtol), or a Tolerance; top1 is a
+    rate over all positions compared. First, the engine must be deterministic
+    (engine.assert_deterministic). Returns a Report of everything compared; raises
+    AssertionError with the smallest failing case Hypothesis finds in shrink_seconds."""
+    tol = tolerance_of(atol, rtol, tolerance)
     require_cache(engine)
     length = min(max_length, engine.context_length)
-
-    @checker_settings(max_examples)
-    @given(chunk_cases(engine.vocab_size, max_batch, length))
-    def chunked(case):
-        assert_chunks_match(engine, *case, atol=atol, rtol=rtol)
-
-    chunked()
-    if can_truncate(engine.new_cache(1)) and length >= 2:
-        @checker_settings(max_examples)
-        @given(rollback_cases(engine.vocab_size, max_batch, length))
-        def rollback(case):
-            assert_rollback_matches(engine, *case, atol=atol, rtol=rtol)
-
-        rollback()
+    repeat = assert_deterministic(engine, tol, min(2, max_batch))
+    reports = []
+    run_property(chunk_cases(engine.vocab_size, max_batch, length),
+                 lambda case: reports.append(compare_chunks(engine, *case, per_case(tol))[1]),
+                 max_examples, shrink_seconds)
+    if rolls_back(engine) and length >= 2:
+        reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
+                                      max_batch=max_batch, max_length=max_length,
+                                      max_examples=max_examples, shrink_seconds=shrink_seconds))
+    assert_top1(combine(reports), tol, "cache checks")
+    return dataclasses.replace(combine(reports), repeat=repeat)

@@ -12,7 +12,10 @@ each row: row r is tokens[r, pad[r]:], its first pad[r] ids are filler the engin
 and its positions count from its first real token. The checkers give `pad` to an uncached call
 or with the first chunk into an empty cache (the prefill), never later; an engine without
 batches may refuse it (check_batch_equivalence(..., ragged=False)). A cache that supports
-rollback has `truncate(length)`: forget every token from position `length` on.
+rollback has `truncate(length)`: forget every token from position `length` on. A cache that
+holds something scarce (sequence slots of a shared context, device memory) may have `close()`:
+the checkers call it as soon as the case that made the cache is done, passing or failing, so
+that at most two caches are alive at once (see each checker for how many rows they hold).
 
 minillm.Model is an engine as it is. `Engine` makes one out of two functions, for an engine
 whose own objects do not have these names (docs/TESTING.md shows transformers and a plain
@@ -20,10 +23,13 @@ PyTorch loop).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from .compare import Tolerance, assert_logits_close, position_differences
 
 
 @dataclass(frozen=True)
@@ -58,3 +64,59 @@ def require_cache(engine) -> None:
 def can_truncate(cache) -> bool:
     """Whether a cache supports rollback (has truncate(length))."""
     return callable(getattr(cache, "truncate", None))
+
+
+@contextmanager
+def open_cache(engine, batch_size: int):
+    """engine.new_cache(batch_size), closed (cache.close(), when it has one) on leaving."""
+    cache = engine.new_cache(batch_size)
+    try:
+        yield cache
+    finally:
+        if callable(getattr(cache, "close", None)):
+            cache.close()
+
+
+def assert_deterministic(engine, tol: Tolerance, batch_size: int = 2, length: int = 8,
+                         seed: int = 0) -> float:
+    """The same calls twice, the second time while another cache holds a text of 3 tokens,
+    must give the same logits within `tol`: an uncached call, then (engines with caches) a
+    cache fed half the text and then one token a call. Otherwise the engine is not
+    deterministic (a KV cache shared between sequences, say, whose cells shift with the other
+    texts) and no property can be judged: Hypothesis would see cases that fail once and pass
+    when repeated. The text is drawn from `seed`; an engine whose calls depend on the other
+    texts only for some texts may pass this probe and fail a check on a case of its own.
+    Returns the largest difference between the two runs. Caches alive at once: two of
+    batch_size rows, or one and an uncached call."""
+    length = min(length, engine.context_length)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, engine.vocab_size, (batch_size, length))  # (B, T)
+    cached = getattr(engine, "new_cache", None) is not None
+
+    def run():
+        calls = [logits_of(engine, tokens)]
+        if cached:
+            with open_cache(engine, batch_size) as cache:
+                half = max(1, length // 2)
+                calls.append(logits_of(engine, tokens[:, :half], cache))
+                calls += [logits_of(engine, tokens[:, t:t + 1], cache)
+                          for t in range(half, length)]
+        return np.concatenate(calls, axis=1)  # (B, T or 2T, V)
+
+    first = run()
+    if cached:
+        with open_cache(engine, batch_size) as other:
+            logits_of(engine, rng.integers(0, engine.vocab_size, (batch_size, 3)), other)
+            second = run()
+        how = (", the second time while another cache held a text (an uncached call, then a "
+               "cache fed half the text and one token a call)")
+    else:
+        second, how = run(), ""
+    gap = float(position_differences(second, first)[0].max())
+    try:
+        assert_logits_close(second, first, tol, "", "")
+    except AssertionError:
+        raise AssertionError(f"the engine is not deterministic: the same calls on the tokens "
+                             f"{tokens.tolist()} differ by up to {gap:.3g} ({tol.bounds}) when "
+                             f"made twice{how}") from None
+    return gap

@@ -5,86 +5,156 @@ temperature, top-k, top-p, min-p, in that order). Two checks, for an engine's ow
 
     check_sampler  filter_fn(logits, knobs) -> probabilities, on logits with ties, -inf and
                    huge values: every row is a distribution (finite, >= 0, sums to 1 within
-                   1e-9) that keeps at least one token, never revives a removed token (a
-                   logit of -inf stays at 0; a token is kept only if every token of higher
-                   logit is, ties aside), and equals minillm's filtered_probs within atol
+                   1e-9, 1e-5 in float32) that keeps at least one token, never revives a
+                   removed token (a logit of -inf stays at 0; a token is kept only if every
+                   token of higher logit is, ties aside), and equals the reference within atol
                    wherever the row's finite logits are all distinct (ties, equal up to a
-                   relative 1e-9, are where tie rules legitimately differ)
+                   relative 1e-9, 1e-6 in float32, are where tie rules legitimately differ)
     check_draws    sample(logits, rng) -> token ids follows minillm's distribution: no draw of
                    a filtered-out token, and a chi-square test at the 0.1% level
+
+The reference is minillm's probabilities, or the same filters in another `order` for an
+engine that applies them otherwise: llama.cpp (and llama-cpp-python) apply the temperature
+last, after top-k, top-p and min-p have cut the untempered distribution:
+order=("top_k", "top_p", "min_p", "temperature").
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from hypothesis import given
 from hypothesis import strategies as st
 
-from ..sampling import SamplingConfig, probabilities
-from .settings import checker_settings
+from ..sampling import SamplingConfig, min_p_mask, probabilities, top_k_mask, top_p_mask
+from .settings import SHRINK_SECONDS, run_property
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
 from .strategies import sampling_knobs, smooth_logits
 
+MINILLM_ORDER = ("temperature", "top_k", "top_p", "min_p")
+LLAMA_CPP_ORDER = ("top_k", "top_p", "min_p", "temperature")
+SUM_TOLERANCE = {"float64": 1e-9, "float32": 1e-5}
+TIE_TOLERANCE = {"float64": 1e-9, "float32": 1e-6}
 
-def tied(a, b):
-    """Logits equal up to a relative 1e-9: the same after exp, or nearly, so that tie rules
+
+@dataclass(frozen=True)
+class SamplerReport:
+    """What check_sampler saw: the cases, and the largest difference from the reference on
+    rows without ties (`max_diff`) and on rows with them (`max_diff_tied`, not bounded)."""
+
+    cases: int
+    max_diff: float
+    max_diff_tied: float
+
+
+def probabilities_in_order(z, knobs: SamplingConfig, order=MINILLM_ORDER) -> np.ndarray:
+    """minillm's filters (top-k, top-p, min-p, each on what the previous kept, renormalised)
+    with the temperature at its place in `order`: the filters before it see softmax(z), those
+    after it softmax(z / T); the result is softmax(z / T) over the tokens kept. (B, V) -> (B, V)."""
+    if tuple(order) == MINILLM_ORDER or knobs.greedy:
+        return probabilities(z, knobs)  # greedy: the argmax survives every filter, any order
+    if sorted(order) != sorted(MINILLM_ORDER):
+        raise ValueError(f"order: a permutation of {MINILLM_ORDER}, got {tuple(order)}")
+    z = np.asarray(z, dtype=np.float64)
+    T, keep = 1.0, np.ones(z.shape, dtype=bool)
+    for stage in order:
+        with np.errstate(over="ignore"):
+            e = np.exp((z - z.max(axis=-1, keepdims=True)) / T)  # (B, V), max entry 1
+        keep &= e > 0
+        if stage == "temperature":
+            T = knobs.temperature
+        elif stage == "top_k" and knobs.top_k is not None and knobs.top_k < z.shape[-1]:
+            keep &= top_k_mask(np.where(keep, z, -np.inf), knobs.top_k)
+        elif stage == "top_p" and knobs.top_p is not None:
+            keep &= top_p_mask(np.where(keep, e, 0.0), knobs.top_p)
+        elif stage == "min_p" and knobs.min_p is not None:
+            keep &= min_p_mask(np.where(keep, e, 0.0), knobs.min_p)
+    with np.errstate(over="ignore"):
+        e = np.where(keep, np.exp((z - z.max(axis=-1, keepdims=True)) / T), 0.0)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def tied(a, b, rel: float = 1e-9):
+    """Logits equal up to a relative `rel`: the same after exp, or nearly, so that tie rules
     (which of two equal tokens top-k keeps) decide, not the filter."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.abs(a - b) <= 1e-9 * np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
+        return np.abs(a - b) <= rel * np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
 
 
-def assert_filter_holds(filter_fn, z, knobs: SamplingConfig, atol: float = 1e-12) -> None:
-    """check_sampler's properties on one (B, V) array of logits."""
-    case = f"logits {z.tolist()}, {knobs}"
+def assert_filter_holds(filter_fn, z, knobs: SamplingConfig, atol: float = 1e-12,
+                        order=MINILLM_ORDER, dtype: str = "float64") -> tuple[float, float]:
+    """check_sampler's properties on one (B, V) array of logits (given to filter_fn as a copy
+    in `dtype`). Returns the largest differences from the reference on rows without and with
+    ties. Messages give the knobs first, then what failed, then the rows."""
+    z = np.asarray(z, dtype=dtype)
+    case = f"logits {z.tolist()}"
     p = np.asarray(filter_fn(z.copy(), knobs), dtype=np.float64)
+    z = z.astype(np.float64)
     if p.shape != z.shape or not np.isfinite(p).all() or (p < 0).any():
-        raise AssertionError(f"not a distribution (shape {p.shape}, finite and >= 0 expected): "
-                             f"{p.tolist()}; {case}")
+        raise AssertionError(f"{knobs}: not a distribution (shape {p.shape}, finite and >= 0 "
+                             f"expected): {p.tolist()}; {case}")
     if not (p > 0).any(axis=-1).all():
-        raise AssertionError(f"a row keeps no token: {p.tolist()}; {case}")
-    if np.abs(p.sum(axis=-1) - 1).max() > 1e-9:
-        raise AssertionError(f"rows sum to {p.sum(axis=-1).tolist()}, not 1; {case}")
+        raise AssertionError(f"{knobs}: a row keeps no token: {p.tolist()}; {case}")
+    if np.abs(p.sum(axis=-1) - 1).max() > SUM_TOLERANCE[dtype]:
+        raise AssertionError(f"{knobs}: rows sum to {p.sum(axis=-1).tolist()}, not 1; {case}")
     if (p[np.isneginf(z)] > 0).any():
-        raise AssertionError(f"a token of logit -inf revived: {p.tolist()}; {case}")
+        raise AssertionError(f"{knobs}: a token of logit -inf revived: {p.tolist()}; {case}")
     for r, (row, probs) in enumerate(zip(z, p)):
         worst_kept = row[probs > 0].min()
-        if (probs[(row > worst_kept) & ~tied(row, worst_kept)] == 0).any():
-            raise AssertionError(f"row {r} keeps logit {worst_kept} but drops a higher one: "
-                                 f"{probs.tolist()}; {case}")
-    want = probabilities(z, knobs)
+        if (probs[(row > worst_kept) & ~tied(row, worst_kept, TIE_TOLERANCE[dtype])] == 0).any():
+            raise AssertionError(f"{knobs}: row {r} keeps logit {worst_kept} but drops a higher "
+                                 f"one: {probs.tolist()}; {case}")
+    want = probabilities_in_order(z, knobs, order)
+    plain, with_ties = 0.0, 0.0
     for r, row in enumerate(z):
         finite = np.sort(row[np.isfinite(row)])
-        if not tied(finite[1:], finite[:-1]).any() and np.abs(p[r] - want[r]).max() > atol:
-            raise AssertionError(f"row {r} differs from minillm's filtered_probs by "
-                                 f"{np.abs(p[r] - want[r]).max():.3g} (atol {atol}): "
-                                 f"{p[r].tolist()} vs {want[r].tolist()}; {case}")
+        diff = float(np.abs(p[r] - want[r]).max())
+        if tied(finite[1:], finite[:-1], TIE_TOLERANCE[dtype]).any():
+            with_ties = max(with_ties, diff)
+            continue
+        plain = max(plain, diff)
+        if diff > atol:
+            rule = ("minillm's filtered_probs" if tuple(order) == MINILLM_ORDER
+                    else f"minillm's filters in the order {tuple(order)}")
+            raise AssertionError(f"{knobs}: row {r} differs from {rule} by {diff:.3g} (atol "
+                                 f"{atol}): {p[r].tolist()} vs {want[r].tolist()}; {case}")
+    return plain, with_ties
 
 
-def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int = 50) -> None:
-    """filter_fn(logits (B, V) float64, knobs: SamplingConfig) -> (B, V) probabilities, the
-    engine's distribution for the knobs (no repetition penalty: it needs a history, see
-    check_draws). knobs: one SamplingConfig, or a strategy of them (default: every
-    combination of sampling_knobs(penalty=False)). Logits from strategies.smooth_logits (50
-    tokens, no ties) and strategies.logits (ties, -inf, huge values), Hypothesis derandomized;
-    AssertionError with the smallest failing case."""
+def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int = 50, *,
+                  order=MINILLM_ORDER, dtype: str = "float64",
+                  shrink_seconds: float = SHRINK_SECONDS) -> SamplerReport:
+    """filter_fn(logits (B, V), knobs: SamplingConfig) -> (B, V) probabilities, the engine's
+    distribution for the knobs (no repetition penalty: it needs a history, see check_draws).
+    knobs: one SamplingConfig, or a strategy of them (default: every combination of
+    sampling_knobs(penalty=False)). order: where the engine applies the temperature among the
+    filters (module docstring). dtype "float32": logits are handed over as float32, their
+    huge values +-1e30 instead of +-1e300 and +-3.4e38 (so that logits / T stays within
+    float32's range), and the sum and tie tolerances are float32's. Logits from
+    strategies.smooth_logits (50 tokens, no ties) and strategies.logits (ties, -inf, huge
+    values), Hypothesis derandomized. Returns a SamplerReport; AssertionError with the
+    smallest failing case found in shrink_seconds."""
+    if dtype not in SUM_TOLERANCE:
+        raise ValueError(f"dtype: one of {sorted(SUM_TOLERANCE)}, got {dtype!r}")
     if isinstance(knobs, SamplingConfig):
         if knobs.penalises:
             raise ValueError("knobs: check the repetition penalty with check_draws")
         knobs = st.just(knobs)
     knobs = sampling_knobs(penalty=False) if knobs is None else knobs
+    cases = st.tuples(st.one_of(smooth_logits(),
+                                logit_arrays(max_rows=3, max_vocab=12, dtype=dtype)), knobs)
+    seen = []
+    run_property(cases, lambda case: seen.append(assert_filter_holds(
+        filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds)
+    return SamplerReport(len(seen), max((a for a, _ in seen), default=0.0),
+                         max((b for _, b in seen), default=0.0))
 
-    @checker_settings(max_examples)
-    @given(st.one_of(smooth_logits(), logit_arrays(max_rows=3, max_vocab=12)), knobs)
-    def holds(z, config):
-        assert_filter_holds(filter_fn, z, config, atol)
 
-    holds()
-
-
-def assert_draws_follow(tokens, probs) -> None:
+def assert_draws_follow(tokens, probs) -> dict:
     """Draws (n,) from one distribution probs (V,): never a token of probability 0, and a
-    chi-square statistic under the critical value (false alarms: FALSE_ALARM)."""
+    chi-square statistic under the critical value (false alarms: FALSE_ALARM). Returns
+    {statistic, df, critical, false_alarm}."""
     tokens = np.asarray(tokens)
     if tokens.min() < 0 or tokens.max() >= len(probs):
         raise AssertionError(f"drew token ids outside [0, {len(probs)}): {tokens.min()} to "
@@ -100,15 +170,17 @@ def assert_draws_follow(tokens, probs) -> None:
                              f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); counts "
                              f"{counts.tolist()}, expected "
                              f"{(len(tokens) * probs).round(1).tolist()}")
+    return dict(statistic=stat, df=df, critical=critical, false_alarm=FALSE_ALARM)
 
 
 def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int = 40_000,
-                seed: int = 2024) -> None:
+                seed: int = 2024) -> dict:
     """sample(logits (draws, V), rng) -> (draws,) token ids, one per row, with the engine's
     sampler set to `knobs`; every row is the same logits (V,), so every draw comes from
     probabilities(logits, knobs, history). rng is numpy.random.default_rng(seed).
-    history: the one text the repetition penalty looks at (a list of ids), if it is on."""
+    history: the one text the repetition penalty looks at (a list of ids), if it is on.
+    Returns assert_draws_follow's {statistic, df, critical, false_alarm}."""
     logits = np.asarray(logits, dtype=np.float64)
     probs = probabilities(logits, knobs, None if history is None else [list(history)])
     tokens = sample(np.tile(logits, (draws, 1)), np.random.default_rng(seed))
-    assert_draws_follow(tokens, probs)
+    return assert_draws_follow(tokens, probs)

@@ -1,13 +1,64 @@
-"""The Hypothesis settings every checker runs with: the same examples on every run."""
+"""How every checker runs its property: the same cases on every run, a bounded search for the
+smallest failing case, and an engine that answers differently twice named as such."""
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Flaky
+
+SHRINK_SECONDS = 20.0  # how long a failing check looks for a smaller failing case
 
 
 def checker_settings(max_examples: int) -> settings:
     """Deterministic (a fixed seed, no example database), no deadline (engines differ in speed),
     `max_examples` cases before shrinking a failure to a small counterexample. One failure is
-    reported (the first found, shrunk), as a plain AssertionError rather than a group."""
+    reported (the first found, shrunk), as a plain AssertionError rather than a group, without
+    Hypothesis' explanation phase (it reruns the case and lengthens the message)."""
     return settings(max_examples=max_examples, derandomize=True, deadline=None, database=None,
                     print_blob=False, report_multiple_bugs=False,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
                     suppress_health_check=list(HealthCheck))
+
+
+def _key(case):
+    """A case as plain, comparable text (arrays as nested lists)."""
+    if isinstance(case, np.ndarray):
+        return repr(case.tolist())
+    if isinstance(case, (tuple, list)):
+        return "(" + ", ".join(_key(part) for part in case) + ")"
+    return repr(case)
+
+
+def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK_SECONDS):
+    """check(case) on `max_examples` cases drawn from the strategy `cases` (Hypothesis,
+    derandomized); on a failure, Hypothesis looks for a smaller failing case for at most
+    `shrink_seconds` after the first one, then reports the smallest found.
+
+    The budget: once spent, cases not seen failing before count as passing without being run,
+    so the search stops improving and ends; the case reported is still one that failed when
+    run. If a failing case passes when Hypothesis runs it again, the engine answered the same
+    input two ways: that is reported as such, with the first failure.
+    """
+    failing, first_failure = set(), []
+
+    def bounded(case):
+        key = _key(case)
+        if first_failure and time.monotonic() - first_failure[0] > shrink_seconds \
+                and key not in failing:
+            return  # the search's time is up: no new case is tried
+        try:
+            check(case)
+        except AssertionError:
+            failing.add(key)
+            if not first_failure:
+                first_failure.append(time.monotonic())
+            raise
+
+    try:
+        checker_settings(max_examples)(given(cases)(bounded))()
+    except Flaky as error:
+        first = getattr(error, "exceptions", [error])[0]
+        raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
+                             f"run again; the first failure: {first}") from error

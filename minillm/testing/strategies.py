@@ -110,17 +110,20 @@ def ragged_batches(draw, vocab_size: int, max_batch: int = 3, max_length: int = 
 
 
 @st.composite
-def logits(draw, max_rows=3, max_vocab=12, neg_inf=True, huge=True):
-    """(B, V) float64 logits with exact ties (a few repeated values), -inf entries (tokens an
-    earlier stage removed) and huge values (+-1e300, +-3.4e38: overflow traps); every row keeps
-    at least one finite logit, as a model's always does."""
+def logits(draw, max_rows=3, max_vocab=12, neg_inf=True, huge=True, dtype="float64"):
+    """(B, V) logits with exact ties (a few repeated values), -inf entries (tokens an earlier
+    stage removed) and huge values (+-1e300, +-3.4e38: overflow traps; in float32, whose
+    largest number is 3.4e38, +-1e30: huge, yet logits / T stays finite for every temperature
+    sampling_knobs draws, T >= 1e-6); every row keeps at least one finite logit, as a model's
+    always does. dtype: "float64" or "float32", the array's type."""
     B, V = draw(st.integers(1, max_rows)), draw(st.integers(1, max_vocab))
     values = [st.floats(-20, 20), st.sampled_from([-1.0, 0.0, 1.0, 2.5])]
     if neg_inf:
         values.append(st.just(-math.inf))
     if huge:
-        values.append(st.sampled_from([1e300, -1e300, 3.4e38, -3.4e38]))
-    z = np.array(draw(st.lists(st.one_of(*values), min_size=B * V, max_size=B * V)))
+        values.append(st.sampled_from([1e300, -1e300, 3.4e38, -3.4e38] if dtype == "float64"
+                                      else [1e30, -1e30]))
+    z = np.array(draw(st.lists(st.one_of(*values), min_size=B * V, max_size=B * V)), dtype=dtype)
     z = z.reshape(B, V)
     for row in z:
         if np.isneginf(row).all():

@@ -14,10 +14,9 @@ returns; decode(ids) -> the whole text at once (invalid UTF-8 as U+FFFD).
 """
 from __future__ import annotations
 
-from hypothesis import given
 from hypothesis import strategies as st
 
-from .settings import checker_settings
+from .settings import SHRINK_SECONDS, run_property
 
 
 def assert_stream_matches(stream, decode, ids) -> None:
@@ -55,18 +54,17 @@ def split_texts(draw, byte_ids, vocab_size: int):
     return [i for segment in segments for i in segment]
 
 
-def check_stream_decoder(stream, decode, byte_ids, vocab_size: int,
-                         max_examples: int = 50) -> None:
+def check_stream_decoder(stream, decode, byte_ids, vocab_size: int, max_examples: int = 50, *,
+                         shrink_seconds: float = SHRINK_SECONDS) -> int:
     """The module's properties on `max_examples` drawn id sequences (Hypothesis,
     derandomized). byte_ids[b]: the id of the token that spells the single byte b (256 ids;
     GPT-2-style byte-level BPE has them all, SentencePiece's byte fallback has <0xNN>).
-    Raises AssertionError with the smallest failing ids Hypothesis finds."""
+    Returns how many sequences were checked; raises AssertionError with the smallest failing
+    ids Hypothesis finds in shrink_seconds."""
     if len(byte_ids) != 256:
         raise ValueError(f"byte_ids: expected 256 ids, one per byte, got {len(byte_ids)}")
-
-    @checker_settings(max_examples)
-    @given(split_texts(list(byte_ids), vocab_size))
-    def streams(ids):
-        assert_stream_matches(stream, decode, ids)
-
-    streams()
+    seen = []
+    run_property(split_texts(list(byte_ids), vocab_size),
+                 lambda ids: seen.append(assert_stream_matches(stream, decode, ids)),
+                 max_examples, shrink_seconds)
+    return len(seen)

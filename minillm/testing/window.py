@@ -2,24 +2,34 @@
 
 When a text outgrows the context window W, a loop keeps its newest `keep` tokens (minillm
 keeps kept_on_slide(W) = W // 2, the new token included) and goes on from them, positions
-counting from 0 again. Whatever the loop does inside (shift its cache, re-read the kept tokens,
-re-rotate RoPE keys), each new token's logits must be those of an uncached forward pass over
-the view it was drawn after:
+counting from 0 again. The property: each new token's logits are those of an uncached forward
+pass over the view it was drawn after,
 
     logits at step i == forward(view_i)[-1]        view_i: the slide rule applied to the text
 
 (greedy decoding, so the text is the argmax of each step's logits). Tolerance as for cache
-equivalence: |loop - fresh| <= atol + rtol |fresh|.
+equivalence (compare.Tolerance).
+
+Which loops can pass. W is the window of the loop under test (for llama.cpp, the n_ctx of its
+context; for minillm, the model's context length), given to the checker.
+- A loop that re-reads the kept tokens (a fresh prefill of the view, as minillm's does) passes
+  at the tolerance of its cache check.
+- A loop that shifts its cached keys in place (drops the oldest cells, re-rotates the kept
+  RoPE keys to their new positions: llama.cpp's context shift, StreamingLLM's sinks) passes
+  on a one-layer model only. From the second layer on, a kept token's key and value were
+  computed from a hidden state that attended to the dropped tokens, so they still carry them:
+  on a multi-layer model such a loop approximates the fresh pass by design and fails this
+  check; measure how far with a loose Tolerance and read the Report.
 """
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
 
 from ..generate import kept_on_slide
-from .compare import assert_logits_close
+from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
+from .compare import tolerance_of
 from .engine import logits_of
-from .settings import checker_settings
+from .settings import SHRINK_SECONDS, run_property
 from .strategies import token_sequences
 
 
@@ -33,40 +43,55 @@ def slide_views(prompt, new_tokens, W: int, keep: int) -> list[list[int]]:
     return views
 
 
-def assert_slides_match(decode, engine, prompt, n: int, keep: int, atol: float,
-                        rtol: float = 0.0) -> None:
+def assert_slides_match(decode, engine, prompt, n: int, keep: int, atol: float | None = None,
+                        rtol: float = 0.0, *, tolerance: Tolerance | None = None,
+                        window: int | None = None) -> Report:
     """decode(prompt, n) -> (n, V) logits of n greedy steps, each against the uncached pass
-    over its view (slide_views with the engine's context length and `keep`)."""
+    over its view (slide_views with the loop's window W, default engine.context_length, and
+    `keep`)."""
+    tol = tolerance_of(atol, rtol, tolerance)
+    W = engine.context_length if window is None else window
     got = np.asarray(decode(list(prompt), n), dtype=np.float64)
     if got.shape != (n, engine.vocab_size):
         raise AssertionError(f"decode returned logits of shape {got.shape}, expected "
                              f"{(n, engine.vocab_size)}")
     tokens = [int(t) for t in got.argmax(axis=-1)]  # (n,) the greedy text
-    views = slide_views(prompt, tokens, engine.context_length, keep)
-    for step, view in enumerate(views):
+    reports = []
+    for step, view in enumerate(slide_views(prompt, tokens, W, keep)):
         want = logits_of(engine, [view])[0, -1]
-        assert_logits_close(got[None, step:step + 1], want[None, None], atol, rtol,
-                            f"step {step} (view of {len(view)} tokens)",
-                            f"prompt {list(prompt)}, new tokens {tokens[:step + 1]}, view {view}",
-                            first=len(view) - 1)
+        reports.append(assert_logits_close(
+            got[None, step:step + 1], want[None, None], tol,
+            f"step {step} (view of {len(view)} tokens, window {W})",
+            f"prompt {list(prompt)}, new tokens {tokens[:step + 1]}, view {view}",
+            first=len(view) - 1))
+    return combine(reports)
 
 
-def check_window_slides(decode, engine, atol: float, rtol: float = 0.0, keep: int | None = None,
-                        max_examples: int = 10) -> None:
+def check_window_slides(decode, engine, atol: float | None = None, rtol: float = 0.0,
+                        keep: int | None = None, max_examples: int = 10, *,
+                        window: int | None = None, tolerance: Tolerance | None = None,
+                        shrink_seconds: float = SHRINK_SECONDS) -> Report:
     """decode(prompt, n) -> (n, V): the logits of each of n greedy steps of the loop under test,
-    for one prompt (a list of ids). Prompts of 1 to W + 3 tokens (W: engine.context_length),
-    n = 2 W + 1 new tokens, so that every view slides at least twice; keep: the loop's slide
-    rule (default minillm's, kept_on_slide(W); a rolling window that always keeps the last W
-    tokens is keep = W). Raises AssertionError with the step, the view, and the largest
-    difference, for the smallest failing prompt Hypothesis finds."""
-    W = engine.context_length
+    for one prompt (a list of ids). window: the loop's window W (default
+    engine.context_length; at most it). Prompts of 1 to W + 3 tokens, n = 2 W + 1 new tokens,
+    so that every view slides at least twice; keep: the loop's slide rule (default minillm's,
+    kept_on_slide(W); a rolling window that always keeps the last W tokens is keep = W).
+    Returns a Report; raises AssertionError with the step, the view, and the largest
+    difference, for the smallest failing prompt Hypothesis finds in shrink_seconds."""
+    tol = tolerance_of(atol, rtol, tolerance)
+    W = engine.context_length if window is None else window
+    if not 1 <= W <= engine.context_length:
+        raise ValueError(f"window: must be in [1, {engine.context_length}] (the engine's "
+                         f"context length), got {W}")
     keep = kept_on_slide(W) if keep is None else keep
     if not 1 <= keep <= W:
         raise ValueError(f"keep: must be in [1, {W}], got {keep}")
-
-    @checker_settings(max_examples)
-    @given(token_sequences(engine.vocab_size, 1, W + 3))
-    def slides(prompt):
-        assert_slides_match(decode, engine, prompt, 2 * W + 1, keep, atol, rtol)
-
-    slides()
+    reports = []
+    run_property(token_sequences(engine.vocab_size, 1, W + 3),
+                 lambda prompt: reports.append(assert_slides_match(
+                     decode, engine, prompt, 2 * W + 1, keep, tolerance=per_case(tol),
+                     window=W)),
+                 max_examples, shrink_seconds)
+    report = combine(reports)
+    assert_top1(report, tol, "window slides")
+    return report

@@ -1,0 +1,79 @@
+"""Open the teaching desk: a local web page whose widgets run the model as you move the knobs.
+
+    minillm desk                                    # the shipped model, opens the browser
+    minillm desk --model smollm2-135m-instruct      # a fetched model, by name
+    minillm desk --model M.npz --port 8000 --no-browser
+
+The page and its server stay on this machine (127.0.0.1); nothing is fetched from the network.
+Stop it with Ctrl-C.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .generate import DEFAULT_MODEL, load_model
+from .usage import UsageError
+
+DEFAULT_DRAFT = DEFAULT_MODEL.parent / "draft.npz"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=None, metavar="PATH_OR_NAME",
+                        help="a minillm .npz, or the name of a fetched model (minillm fetch); "
+                             "default: the shipped model")
+    parser.add_argument("--draft_model", default=None, metavar="PATH",
+                        help="a draft model for the speculative widget (default: the shipped "
+                             "draft with the shipped model; prompt lookup always works)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="the port on 127.0.0.1 (default 8000; 0: any free port)")
+    parser.add_argument("--no-browser", dest="browser", action="store_false",
+                        help="print the address only, do not open a browser")
+
+
+def model_path(given):
+    """A path as given, or a fetched model's name resolved in the fetch folder."""
+    if given is None or Path(given).is_file():
+        return given
+    from .fetch import MODELS, cache_folder
+
+    if given in MODELS:
+        fetched = cache_folder() / f"{given}.npz"
+        if not fetched.is_file():
+            raise UsageError(f"--model: {given} is not fetched yet; run: minillm fetch {given}")
+        return fetched
+    raise UsageError(f"--model: no such file or fetched model: {given} (known names: "
+                     f"{', '.join(MODELS)})")
+
+
+def run(args) -> int:
+    from ..desk import PASSAGE
+    from ..desk.server import make_server
+    from ..desk.widgets import make_desk
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
+    path = model_path(args.model)
+    model = load_model(path, "--model")
+    draft_path = args.draft_model
+    if draft_path is None and path is None and DEFAULT_DRAFT.is_file():
+        draft_path = DEFAULT_DRAFT
+    draft = None if draft_path is None else load_model(draft_path, "--draft_model")
+    name = Path(path or DEFAULT_MODEL).name
+    desk = make_desk(model, name, draft, PASSAGE.read_text(encoding="utf-8"))
+    try:
+        server = make_server(desk, args.port, quiet=False)
+    except OSError as e:
+        raise UsageError(f"--port: cannot listen on 127.0.0.1:{args.port} ({e.strerror}); "
+                         "try another, or 0 for any free port") from None
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    print(f"minillm desk: {name} at {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    if args.browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0

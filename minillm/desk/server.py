@@ -1,0 +1,152 @@
+"""The desk's web server: the standard library's http.server, on 127.0.0.1 only.
+
+    GET  /                 the page (static/index.html)
+    GET  /static/NAME      a file of the package's static folder, by exact name
+    GET  /api/info         the model, its ready-made beginnings, the limits
+    POST /api/<widget>     a JSON object of fields (fields.py) -> a JSON object (widgets.py)
+
+Each request runs on its own thread (ThreadingHTTPServer), so a slow computation never stops
+the page's files or the other widgets from being served; at most WORKERS computations run at
+once, the others wait their turn. Every refusal is a 4xx with {"error": "..."}, and the server
+goes on serving after any error. What protects a page served on the local machine:
+- a Host header other than this server's own address is refused (a web page elsewhere cannot
+  reach it by renaming itself to 127.0.0.1: DNS rebinding), and so is a POST from another
+  origin;
+- the static files are a fixed table made at start from the package's folder: a path is looked
+  up in it, never joined to a folder, so `..` reaches nothing;
+- bodies are bounded (MAX_BODY_BYTES) and every field is checked before any work.
+"""
+from __future__ import annotations
+
+import json
+import mimetypes
+import threading
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from . import widgets
+from .fields import ENDPOINTS, MAX_BODY_BYTES, RequestError, checked
+
+STATIC = Path(__file__).resolve().parent / "static"
+WORKERS = 2  # the computations running at once: more only share the same cores
+WAIT_SECONDS = 120  # how long a request waits for a worker before it is told the desk is busy
+
+
+def static_files() -> dict[str, tuple[bytes, str]]:
+    """{url path: (bytes, content type)} for every file of the static folder, read once."""
+    files = {}
+    for path in sorted(STATIC.iterdir()):
+        if path.is_file():
+            kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            if kind.startswith("text/") or kind == "application/javascript":
+                kind += "; charset=utf-8"
+            files[f"/static/{path.name}"] = (path.read_bytes(), kind)
+    files["/"] = files["/static/index.html"]
+    return files
+
+
+def make_server(desk, port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
+    """A server for `desk` on 127.0.0.1:port (0: a free port), not yet serving."""
+    files = static_files()
+    workers = threading.BoundedSemaphore(WORKERS)
+
+    class Handler(DeskHandler):
+        pass
+
+    Handler.desk, Handler.files, Handler.workers, Handler.quiet = desk, files, workers, quiet
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True  # a request in flight never keeps the program from exiting
+    host, port = server.server_address[:2]
+    Handler.hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    Handler.origins = {f"http://{h}" for h in Handler.hosts}
+    return server
+
+
+def serve_in_thread(server) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return thread
+
+
+class DeskHandler(BaseHTTPRequestHandler):
+    server_version = "minillm-desk"
+    desk = files = workers = hosts = origins = None
+    quiet = True
+
+    def do_GET(self):
+        self.answer(self.get)
+
+    def do_POST(self):
+        self.answer(self.post)
+
+    def answer(self, handle):
+        """Run `handle`; turn whatever it raises into a JSON error, and keep serving."""
+        try:
+            if self.headers.get("Host") not in self.hosts:
+                raise RequestError("Host: this desk answers only requests addressed to "
+                                   f"{sorted(self.hosts)[0]}", 403)
+            handle()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the page gave up on this request (a newer one replaced it): nobody reads
+        except RequestError as e:
+            self.send_json({"error": str(e)}, e.status)
+        except ValueError as e:  # the library's one-line errors: a knob or an id out of range
+            self.send_json({"error": str(e)}, 400)
+        except Exception as e:  # a bug: say so, and stay up
+            traceback.print_exc()
+            self.send_json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
+
+    def get(self):
+        path = self.path.split("?", 1)[0]
+        if path == "/api/info":
+            return self.send_json(widgets.info(self.desk))
+        if path not in self.files:
+            raise RequestError(f"{path[:80]}: no such page", 404)
+        body, kind = self.files[path]
+        self.send(200, body, kind)
+
+    def post(self):
+        path = self.path.split("?", 1)[0]
+        if path not in ENDPOINTS:
+            raise RequestError(f"{path[:80]}: no such endpoint", 404)
+        origin = self.headers.get("Origin")
+        if origin is not None and origin not in self.origins:
+            raise RequestError(f"Origin: requests from {origin[:80]} are refused", 403)
+        request = checked(path, self.read_json())
+        if not self.workers.acquire(timeout=WAIT_SECONDS):
+            raise RequestError("the desk is busy with other requests; try again", 503)
+        try:
+            result = widgets.ROUTES[path](self.desk, request)
+        finally:
+            self.workers.release()
+        self.send_json(result)
+
+    def read_json(self):
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise RequestError("Content-Length: required, a number of bytes", 411)
+        if int(length) > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body must not be taken for a request
+            raise RequestError(f"body: {length} bytes, at most {MAX_BODY_BYTES}", 413)
+        raw = self.rfile.read(int(length))
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RequestError(f"body: not valid JSON ({e})") from None
+
+    def send_json(self, value, status: int = 200):
+        self.send(status, json.dumps(value).encode("utf-8"), "application/json")
+
+    def send(self, status: int, body: bytes, kind: str):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):
+        if not self.quiet:
+            super().log_message(format, *args)

@@ -1,0 +1,284 @@
+"""What each widget of the desk shows, computed by minillm: one function per widget, taking the
+desk and a checked request (fields.py), returning a JSON-ready dict.
+
+Every figure comes from the library's public functions (filtered_probs, sample_next_token,
+generate, speculative_generate, quantize, model.forward); nothing here re-implements a knob.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
+from ..explain import REPEAT_N, Watched, repeats, surprise
+from .fields import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RequestError
+from .rounds import Recorded, rounds
+
+BEGINNINGS = ["In the beginning", "And the LORD said to Moses,", "Jesus answered them,",
+              "The king of Israel"]
+CHAT_BEGINNINGS = ["What is the capital of France?", "Tell me a story about a brave mouse.",
+                   "Write a short poem about the sea.", "Why is the sky blue?"]
+CURVE_POINTS = 160  # ranks shown on the log-scale charts: every rank up to 20, then log-spaced
+
+
+@dataclass
+class Desk:
+    """The model the desk runs, what it was called, an optional draft model, the held-out
+    passage of the bits widget, and the one quantized copy kept for that widget."""
+
+    model: object
+    name: str
+    draft: object = None
+    passage: str = ""
+    chat: bool = False
+    squeezed: dict = field(default_factory=dict)  # {bits: model}, one entry at most
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def make_desk(model, name, draft=None, passage="") -> Desk:
+    if model.tokenizer is None:
+        raise ValueError(f"{name}: the desk needs a model that carries its tokenizer")
+    chat = model.tokenizer.chat_template is not None
+    if chat:
+        from ..chat import chat_prompt_ids
+
+        try:  # a template minillm cannot render: the desk reads prompts as plain text
+            chat_prompt_ids(model.tokenizer, [{"role": "user", "content": "hi"}])
+        except ValueError:
+            chat = False
+    return Desk(model, name, draft, passage, chat)
+
+
+# -- shared pieces ----------------------------------------------------------------------------
+
+def prompt_ids(desk: Desk, text: str, drawn=(), new_tokens: int = 0) -> list[int]:
+    """The prompt's ids (a chat model's prompt through its chat template), then `drawn`; the
+    whole must leave room for `new_tokens` in one window."""
+    if not text.strip():
+        raise RequestError("prompt: empty; type a beginning")
+    tokenizer = desk.model.tokenizer
+    if desk.chat:
+        from ..chat import chat_prompt_ids
+
+        ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
+    else:
+        ids = tokenizer.encode(text)
+    ids = list(ids) + list(drawn)
+    V, W = desk.model.config.vocab_size, desk.model.config.context_length
+    bad = [t for t in drawn if not 0 <= t < V]
+    if bad:
+        raise RequestError(f"drawn: token id {bad[0]} is outside the vocabulary [0, {V})")
+    if len(ids) + new_tokens > W:
+        raise RequestError(f"prompt: {len(ids)} tokens and {new_tokens} new ones exceed the "
+                           f"context of {W} tokens; shorten it")
+    return ids
+
+
+def piece(desk: Desk, token: int) -> str:
+    tokenizer = desk.model.tokenizer
+    return tokenizer.decode([token]) if token < len(tokenizer) else f"<{token}>"
+
+
+def pieces(desk: Desk, tokens) -> list[dict]:
+    return [{"id": int(t), "text": piece(desk, t)} for t in tokens]
+
+
+def stops(desk: Desk) -> list[int]:
+    return list(desk.model.tokenizer.eos_token_ids)
+
+
+def knobs(request) -> dict:
+    return {name: request[name] for name in
+            ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
+
+
+def entropy(p: np.ndarray) -> float:
+    """H = -sum p ln p (nats), 0 ln 0 = 0."""
+    p = p[p > 0]
+    return max(0.0, float(-(p * np.log(p)).sum()))
+
+
+def curve_ranks(V: int) -> np.ndarray:
+    """1-based ranks for a log-scale chart: every rank up to 20, then log-spaced up to V."""
+    spaced = np.geomspace(1, V, CURVE_POINTS).round().astype(int)
+    return np.unique(np.concatenate([np.arange(1, min(20, V) + 1), spaced]))
+
+
+def last_logits(model, ids) -> np.ndarray:
+    return model.forward(np.array([ids]), last=1)[0, -1].astype(np.float64)  # (V,)
+
+
+# -- the widgets ------------------------------------------------------------------------------
+
+def next_token(desk: Desk, request) -> dict:
+    """The sampling desk: the next-token distribution before and after the knobs."""
+    ids = prompt_ids(desk, request["prompt"], request["drawn"])
+    logits = last_logits(desk.model, ids)
+    model_p = filtered_probs(logits)  # the model's own distribution, T = 1, no knob
+    scaled = filtered_probs(logits, temperature=request["temperature"],  # before the cuts
+                            repetition_penalty=request["repetition_penalty"], history=[ids])
+    kept = filtered_probs(logits, **knobs(request), history=[ids])  # what a draw uses
+    V = logits.size
+    order = np.argsort(-model_p, kind="stable")
+    top = order[:request["top"]]
+    rest = order[request["top"]:]
+    ranks = curve_ranks(V)
+    by_rank = np.sort(scaled)[::-1]
+    h, h_kept = entropy(model_p), entropy(kept)
+    return {
+        "prompt_tokens": len(ids),
+        "drawn_text": desk.model.tokenizer.decode(request["drawn"]),
+        "top": [{"id": int(t), "text": piece(desk, t), "p": float(model_p[t]),
+                 "kept": float(kept[t])} for t in top],
+        "rest": {"count": int(rest.size), "p": float(model_p[rest].sum()),
+                 "kept": float(kept[rest].sum())},
+        "survivors": int((kept > 0).sum()),
+        "vocabulary": V,
+        "entropy": h, "effective": math.exp(h),
+        "entropy_kept": h_kept, "effective_kept": math.exp(h_kept),
+        "curve": {"rank": ranks.tolist(), "p": by_rank[ranks - 1].tolist(),
+                  "total": np.cumsum(by_rank)[ranks - 1].tolist()},
+    }
+
+
+def draw(desk: Desk, request) -> dict:
+    """The sampling desk's button: one token drawn with the knobs and the seed."""
+    ids = prompt_ids(desk, request["prompt"], request["drawn"])
+    if len(ids) >= desk.model.config.context_length:
+        raise RequestError("drawn: the text fills the context window; start again")
+    logits = last_logits(desk.model, ids)
+    rng = np.random.default_rng(request["seed"])
+    token = int(sample_next_token(logits, **knobs(request), history=[ids], rng=rng))
+    p = filtered_probs(logits, **knobs(request), history=[ids])[token]
+    return {"id": token, "text": piece(desk, token), "p": float(p),
+            "end": token in stops(desk)}
+
+
+def temperatures(desk: Desk, request) -> dict:
+    """Four temperatures, one seed: each column's text and its surprise read back at T = 1."""
+    n = request["max_new_tokens"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    columns = []
+    for T in request["temperatures"]:
+        rollout = generate(desk.model, ids, max_new_tokens=n, temperature=T, seed=request["seed"],
+                           stop_tokens=stops(desk), return_logprobs=True)
+        new = rollout.new_tokens
+        columns.append({"temperature": T, "tokens": pieces(desk, new),
+                        "text": desk.model.tokenizer.decode(new),
+                        "surprise": -float(np.mean(rollout.raw_logprobs)) if new else 0.0})
+    return {"columns": columns}
+
+
+def repetition(desk: Desk, request) -> dict:
+    """Greedy text with its repeated phrases marked, beside the same under the penalty."""
+    n = request["max_new_tokens"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    out = {}
+    for key, penalty in (("greedy", None), ("penalised", request["repetition_penalty"])):
+        text = generate(desk.model, ids, max_new_tokens=n, temperature=0.0,
+                        repetition_penalty=penalty, stop_tokens=stops(desk))
+        marks = repeats(text, len(ids), REPEAT_N)
+        out[key] = {"tokens": [dict(t, repeat=m) for t, m in
+                               zip(pieces(desk, text[len(ids):]), marks)],
+                    "repeats": int(sum(marks))}
+    out["n"] = REPEAT_N
+    return out
+
+
+def race(desk: Desk, request) -> dict:
+    """The same continuation with and without the KV cache: tokens, passes, seconds."""
+    n = request["max_new_tokens"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    runs = {}
+    for key, use_cache in (("cached", True), ("uncached", False)):
+        watched = Watched(desk.model)
+        start = time.perf_counter()
+        text = generate(watched, ids, max_new_tokens=n, temperature=request["temperature"],
+                        seed=request["seed"], stop_tokens=stops(desk), use_cache=use_cache)
+        runs[key] = {"tokens": pieces(desk, text[len(ids):]), "passes": watched.passes,
+                     "seconds": time.perf_counter() - start}
+    P, m = len(ids), len(runs["cached"]["tokens"])
+    same = [t["id"] for t in runs["cached"]["tokens"]] == [t["id"] for t in
+                                                          runs["uncached"]["tokens"]]
+    # Each step reads what the cache lacks: the prompt once, then each new token but the last
+    # (nothing needs its logits). Without the cache a step reads the whole text so far.
+    return {**runs, "identical": same, "P": P, "n": m,
+            "formula": {"cached": P + m - 1, "uncached": m * P + m * (m - 1) // 2}}
+
+
+def bits(desk: Desk, request) -> dict:
+    """Every weight matrix re-rounded to `bits` (one scale per row): greedy text, surprise on
+    the held-out passage, the weights' bytes."""
+    n, width = request["max_new_tokens"], request["bits"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    model = squeezed(desk, width)
+    text = generate(model, ids, max_new_tokens=n, temperature=0.0, stop_tokens=stops(desk))
+    passage = desk.model.tokenizer.encode(desk.passage)[:desk.model.config.context_length]
+    return {"bits": width, "tokens": pieces(desk, text[len(ids):]),
+            "text": desk.model.tokenizer.decode(text[len(ids):]),
+            "surprise": surprise(model, passage), "passage_tokens": len(passage),
+            "bytes": int(model.nbytes)}
+
+
+def squeezed(desk: Desk, width: int):
+    """The model with every matrix (embedding and output layer too) at `width` bits; 32 is the
+    float model. One copy is kept: the page asks for the widths one after another."""
+    if width == 32:
+        return desk.model
+    with desk.lock:
+        if width not in desk.squeezed:
+            desk.squeezed.clear()  # free the previous copy first: a real model's is large
+            desk.squeezed[width] = quantize(desk.model, skip=(), bits=width, embeddings=True)
+        return desk.squeezed[width]
+
+
+def speculative(desk: Desk, request) -> dict:
+    """Speculative decoding round by round, with the model drafter or prompt lookup."""
+    from ..drafters import ModelDrafter, NgramDrafter
+    from ..sampling import SamplingConfig
+
+    n = request["max_new_tokens"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    if request["drafter"] == "model":
+        if desk.draft is None:
+            raise RequestError("drafter: no draft model was loaded with this model; use "
+                               "'ngram' (prompt lookup), or start the desk with --draft_model")
+        inner = ModelDrafter(desk.draft, SamplingConfig(temperature=request["temperature"]))
+    else:
+        inner = NgramDrafter(desk.model.config.vocab_size)
+    drafter = Recorded(inner)
+    start = time.perf_counter()
+    out, stats = speculative_generate(desk.model, drafter, ids, max_new_tokens=n, k=request["k"],
+                                      temperature=request["temperature"],
+                                      seed=request["seed"], stop_tokens=stops(desk))
+    seconds = time.perf_counter() - start
+    played = rounds(drafter.proposals, out)
+    for r in played:
+        for token in r["guesses"] + r["extra"]:
+            token["text"] = piece(desk, token["id"])
+    new = len(out) - len(ids)  # plain decoding: one pass of the model per new token
+    return {"rounds": played, "tokens": pieces(desk, out[len(ids):]),
+            "proposed": sum(len(r["guesses"]) for r in played),
+            "accepted": sum(r["accepted"] for r in played),
+            "acceptance_rate": stats.acceptance_rate, "target_calls": stats.target_calls,
+            "draft_calls": stats.draft_calls, "new_tokens": new,
+            "saved": new - stats.target_calls, "seconds": seconds}
+
+
+def info(desk: Desk) -> dict:
+    cfg = desk.model.config
+    return {"model": desk.name, "arch": cfg.arch, "vocabulary": cfg.vocab_size,
+            "context": cfg.context_length, "layers": cfg.n_layers, "chat": desk.chat,
+            "draft": desk.draft is not None,
+            "beginnings": CHAT_BEGINNINGS if desk.chat else BEGINNINGS,
+            "passage": desk.passage, "max_new_tokens": MAX_NEW_TOKENS,
+            "max_prompt_chars": MAX_PROMPT_CHARS}
+
+
+ROUTES = {"/api/next": next_token, "/api/draw": draw, "/api/temperatures": temperatures,
+          "/api/repetition": repetition, "/api/race": race, "/api/bits": bits,
+          "/api/speculative": speculative}
