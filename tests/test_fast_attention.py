@@ -79,6 +79,16 @@ def test_default_blocks_equal_reference_over_a_long_cache(start, T):
     np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
 
 
+def test_without_a_mask_every_key_is_seen():
+    """mask None means what it means in layers.attention: nothing hidden, nothing skipped."""
+    q, k, v = inputs(np.random.default_rng(3), 2, 2, 2, 7, 4, 8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast, "QUERY_ROWS", 3)
+        patch.setattr(fast, "SCORE_ENTRIES", 2 * 4 * 3 * 5)
+        got = fast.causal_attention(q, k, v)
+    np.testing.assert_allclose(got, attention(q, k, v), rtol=0, atol=ATOL)
+
+
 def test_float32_stays_float32():
     q, k, v = inputs(np.random.default_rng(0), 2, 2, 3, 20, 5, 8, dtype=np.float32)
     pad = np.array([0, 6])
