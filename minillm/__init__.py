@@ -5,16 +5,19 @@
     logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
 """
 from .config import ModelConfig
-from .generate import generate
+from .generate import generate, stream
+from .logprobs import Rollout, ScoredToken
+from .request import GenerationConfig
 from .kv_cache import KVCache
 from .model import Model, random_model
 from .quantize import QuantizedWeight, quantize, quantize_rows
-from .sampling import filtered_probs, sample_next_token
+from .sampling import SamplingConfig, filtered_probs, sample_next_token
 from .speculative import SpeculativeStats, speculative_generate
 from .weights import WeightsError, load, save
 
 __version__ = "0.1.0"
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
-           "filtered_probs", "sample_next_token", "generate", "quantize_rows", "quantize",
+           "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",
+           "generate", "stream", "Rollout", "ScoredToken", "quantize_rows", "quantize",
            "QuantizedWeight", "speculative_generate", "SpeculativeStats"]

@@ -1,23 +1,35 @@
-"""Chat prompts: the ChatML format, rendered without a template engine.
+"""Chat prompts: a model's chat template run as transformers runs it, or ChatML without Jinja.
 
 A chat model's tokenizer carries a chat template, a Jinja program that turns a list of
-messages ({"role": ..., "content": ...}) into the prompt text. minillm runs no Jinja. It
-recognizes the ChatML templates, which write every message as::
+messages ({"role": ..., "content": ...}) into the prompt text. With the optional ``jinja2``
+package (``pip install minillm[chat]``) any template renders exactly as transformers'
+``apply_chat_template(..., tokenize=False)`` renders it (``render_jinja``): a sandboxed,
+immutable environment with ``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols``
+extension and the ``{% generation %}`` tag, the globals ``raise_exception`` and
+``strftime_now``, a ``tojson`` filter that does not escape HTML and takes ``indent``,
+``separators``, ``sort_keys`` and ``ensure_ascii``, and as variables the messages,
+``add_generation_prompt``, ``tools``, ``documents`` and the tokenizer's ``bos_token``,
+``eos_token``, ``unk_token`` and ``pad_token``.
+
+Without ``jinja2``, minillm recognizes the ChatML templates, which write every message as::
 
     <|im_start|>{role}
     {content}<|im_end|>
 
 (each line ending in a newline) and, when a reply is wanted, end with
-``<|im_start|>assistant`` and a newline. Two templates are recognized, character for
-character: plain ChatML, and ChatML that begins with a default system message when the
-conversation does not start with one (SmolLM2's, whose default is "You are a helpful AI
-assistant named SmolLM, trained by Hugging Face"). Any other template is refused, so a prompt
+``<|im_start|>assistant`` and a newline. Two are recognized, character for character: plain
+ChatML, and ChatML that begins with a default system message when the conversation does not
+start with one (SmolLM2's). Any other template is refused with the install hint, so a prompt
 is never rendered approximately.
 
-ChatML writes no BOS token: the prompt is encoded as it stands (as transformers'
-``apply_chat_template`` does, with ``add_special_tokens=False``).
+The prompt is encoded as it stands (``add_special_tokens=False``, as transformers does); if the
+tokenizer asks for BOS and the template did not write it, BOS goes first (as llama.cpp does:
+one BOS either way).
 """
 from dataclasses import dataclass
+from datetime import datetime
+import functools
+import json
 import re
 
 # The plain ChatML template, as models ship it (the newlines are real newline characters
@@ -30,14 +42,14 @@ CHATML_TEMPLATE = (
 # What SmolLM2's template adds right after the loop's start; PROMPT stands for the text.
 DEFAULT_SYSTEM_BLOCK = ("{% if loop.first and messages[0]['role'] != 'system' %}"
                         "{{ '<|im_start|>system\nPROMPT<|im_end|>\n' }}{% endif %}")
+INSTALL_HINT = "install jinja2 (pip install minillm[chat]) to render any chat template"
 
 # Markers of other template families, to say what was found when refusing one.
 OTHER_FAMILIES = (
     ("<|start_header_id|>", "a Llama 3 template"),
     ("[INST]", "a Llama 2 / Mistral template"),
     ("<start_of_turn>", "a Gemma template"),
-    ("<|im_start|>", "a ChatML template with logic minillm does not render (tools, "
-                     "thinking, other defaults)"),
+    ("<|im_start|>", "a ChatML template with logic (tools, thinking, other defaults)"),
 )
 
 
@@ -67,24 +79,22 @@ def chat_format(template):
         return ChatML(default_system=match.group(1))
     found = next((name for marker, name in OTHER_FAMILIES if marker in template),
                  "an unknown template")
-    raise ValueError(f"chat template not supported: found {found}, beginning "
+    raise ValueError(f"chat template not supported without jinja2: found {found}, beginning "
                      f"{template[:80]!r}; minillm renders plain ChatML and ChatML with a "
-                     "default system message (SmolLM2's)")
+                     f"default system message itself; {INSTALL_HINT}")
 
 
-def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
-                eos_token=None):
-    """The prompt text ``template`` makes of ``messages``, for ChatML templates only.
-
-    Equal to transformers' ``apply_chat_template(messages, tokenize=False,
-    add_generation_prompt=...)`` with the same template. ``bos_token`` and ``eos_token`` are
-    what Jinja would be given; the ChatML templates use neither.
-    """
-    chatml = chat_format(template)
+def _check_messages(messages):
     for message in messages:
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise ValueError(f"a message must be a dict with a string 'role' and 'content', "
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
+            raise ValueError(f"a message must be a dict with a string 'role', got {message!r}")
+
+
+def render_chatml(messages, chatml, add_generation_prompt=True):
+    """The prompt text a recognized ChatML template makes of ``messages``."""
+    for message in messages:
+        if not isinstance(message.get("content"), str):
+            raise ValueError(f"a message must have a string 'content' (ChatML without jinja2), "
                              f"got {message!r}")
     parts = []
     if messages and chatml.default_system is not None and messages[0]["role"] != "system":
@@ -96,10 +106,127 @@ def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
     return "".join(parts)
 
 
-def chat_prompt_ids(tokenizer, messages, add_generation_prompt=True):
+# ---------------------------------------------------------------------- Jinja, as transformers
+
+def _jinja():
+    """The jinja2 module, or None when it is not installed."""
+    try:
+        import jinja2
+    except ImportError:
+        return None
+    return jinja2
+
+
+@functools.lru_cache(maxsize=16)
+def compile_template(template):
+    """A chat template compiled in transformers' environment (see the module docstring)."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """``{% generation %}...{% endgeneration %}`` renders its body (transformers uses it to
+        find the assistant's tokens; the text is the same)."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(
+                lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        # Jinja's own filter escapes HTML characters; transformers' does not.
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(format):
+        return datetime.now().strftime(format)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env.from_string(template)
+
+
+def _as_transformers_passes(message):
+    """A message as transformers hands it to the template: keys whose value is None dropped,
+    the reasoning also under ``reasoning_content`` and ``thinking``."""
+    message = {key: value for key, value in message.items() if value is not None}
+    reasoning = next((message[key] for key in ("reasoning_content", "thinking", "reasoning")
+                      if message.get(key) is not None), None)
+    if reasoning is not None:
+        message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+    return message
+
+
+def render_jinja(messages, template, add_generation_prompt=True, tools=None, documents=None,
+                 **variables):
+    """The prompt text of ``messages`` by the Jinja ``template``, as transformers renders it;
+    a ``raise_exception`` in the template is a ValueError with its message."""
+    jinja2 = _jinja()
+    try:
+        compiled = compile_template(template)
+        return compiled.render(messages=[_as_transformers_passes(m) for m in messages],
+                               tools=tools, documents=documents,
+                               add_generation_prompt=add_generation_prompt, **variables)
+    except jinja2.exceptions.TemplateError as error:
+        raise ValueError(f"chat template: {error}") from None
+
+
+def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
+                eos_token=None, tools=None, documents=None, **variables):
+    """The prompt text ``template`` makes of ``messages``.
+
+    Equal to transformers' ``apply_chat_template(messages, tokenize=False,
+    add_generation_prompt=..., tools=..., documents=...)`` with the same template and special
+    tokens. Without jinja2, only the ChatML templates render (tools and documents are then
+    refused).
+    """
+    if template is None:
+        raise ValueError("the tokenizer has no chat template")
+    _check_messages(messages)
+    if _jinja() is not None:
+        tokens = {name: value for name, value in (("bos_token", bos_token),
+                                                  ("eos_token", eos_token)) if value is not None}
+        return render_jinja(messages, template, add_generation_prompt, tools, documents,
+                            **tokens, **variables)
+    chatml = chat_format(template)
+    if tools is not None or documents is not None or variables:
+        raise ValueError(f"tools, documents and template variables need jinja2; {INSTALL_HINT}")
+    return render_chatml(messages, chatml, add_generation_prompt)
+
+
+def special_token_texts(tokenizer):
+    """{"bos_token": text, ...}: the tokenizer's special tokens, as transformers passes them to
+    a chat template (only those it has)."""
+    config = tokenizer.config
+    return {name: getattr(config, name) for name in ("bos_token", "eos_token", "unk_token",
+                                                     "pad_token")
+            if getattr(config, name) is not None}
+
+
+def chat_prompt_ids(tokenizer, messages, add_generation_prompt=True, tools=None, documents=None,
+                    **variables):
     """The token ids of the chat prompt, rendered with the tokenizer's own template.
 
-    No BOS is added: the template writes every token the prompt needs.
+    The rendered text is encoded as it stands; BOS goes first when the tokenizer asks for it
+    and the template has not written it.
     """
-    text = render_chat(messages, tokenizer.chat_template, add_generation_prompt)
-    return tokenizer.encode(text)
+    tokens = special_token_texts(tokenizer)
+    text = render_chat(messages, tokenizer.chat_template, add_generation_prompt,
+                       tokens.pop("bos_token", None), tokens.pop("eos_token", None), tools,
+                       documents, **(tokens if _jinja() is not None else {}), **variables)
+    ids = tokenizer.encode(text)
+    bos = tokenizer.bos_token_id
+    if tokenizer.add_bos_token and bos is not None and ids[:1] != [bos]:
+        ids.insert(0, bos)
+    return ids

@@ -5,12 +5,12 @@ Most of that text was read in earlier turns, and its keys and values are still i
 
     keep   = the longest common prefix of the cached tokens and the new prompt
     cache.truncate(keep)            forget what the conversation no longer says
-    prefill(prompt[keep:])          read only the rest
-    decode until an end token       stream the reply
+    prefill(prompt[keep:])          read only the rest                   (window.sync)
+    decode until an end token       stream the reply                     (decode.decode)
 
 The kept prefix usually ends inside the last reply, since the tokens a reply was generated as
 need not be the tokens its text encodes to when rendered again. The window slides as in
-generate.py: a text that outgrows the context keeps its newest half and is read again from
+generate: a text that outgrows the context keeps its newest half and is read again from
 position 0, so the logits at every step are those of a fresh `generate` over the same view.
 """
 from __future__ import annotations
@@ -19,18 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .generate import GenerationConfig, kept_on_slide
-from .sampling import sample
+from .decode import decode
+from .request import GenerationConfig, generation_config, random_generator
+from .window import common_prefix_length, first_window, sync
 
-
-def common_prefix_length(cached_ids, new_ids) -> int:
-    """How many leading ids two sequences share."""
-    length = 0
-    for cached, new in zip(cached_ids, new_ids):
-        if cached != new:
-            break
-        length += 1
-    return length
+__all__ = ["Conversation", "respond", "common_prefix_length"]
 
 
 @dataclass
@@ -46,41 +39,26 @@ class Conversation:
             self.cache = self.model.new_cache(batch_size=1, capacity=1)
 
 
-def respond(conversation: Conversation, prompt, config: GenerationConfig, rng):
+def respond(conversation: Conversation, prompt, config: GenerationConfig | None = None,
+            rng=None, **knobs):
     """Yield the reply to `prompt` (the whole conversation, rendered and encoded) token by
-    token, reusing the cache; a stop token ends the reply and is yielded last.
+    token, reusing the cache; a stop token ends the reply and is yielded last. config and
+    knobs: as in minillm.generate; rng: a numpy Generator in place of the seed's (pass one
+    generator to every turn for one random stream across the conversation).
 
     On return the cache holds the view's tokens up to the last one read (the final token
     yielded is never read: it is the reply's end, or the last of max_new_tokens).
     """
     model, cache = conversation.model, conversation.cache
+    config = generation_config(config, model, **knobs)
+    rng = random_generator(config, rng)
     W = model.config.context_length
-    text = [int(t) for t in prompt]
-    start = max(0, len(text) - W)  # the view is text[start:], as in generate
-    cache.reserve(min(W, len(text) - start + config.max_new_tokens))
-    logits = _read(conversation, text[start:])
-    stops = set(config.stop_tokens)
-    for step in range(config.max_new_tokens):
-        history = [text[start:]] if config.sampling.penalises else None
-        token = int(sample(logits, config.sampling, history, rng)[0])
-        yield token
-        if token in stops or step == config.max_new_tokens - 1:
-            return
-        text.append(token)
-        if len(text) - start > W:  # the window is full: keep the newest half, read it again
-            start = len(text) - kept_on_slide(W)
-            logits = _read(conversation, text[start:])
-        else:
-            logits = model.forward(np.array([[token]]), cache)[:, -1]
-            conversation.cached.append(token)
-
-
-def _read(conversation: Conversation, view):
-    """Bring the cache to `view` (keeping the common prefix) and return the next logits (1, V)."""
-    keep = min(common_prefix_length(conversation.cached, view), len(view) - 1)
-    conversation.cache.truncate(keep)  # keep <= len(cached) == cache.length
-    del conversation.cached[keep:]
-    fresh = view[keep:]  # at least the last token, whose logits come next
-    logits = conversation.model.forward(np.array([fresh]), conversation.cache, last=1)[:, -1]
-    conversation.cached.extend(fresh)
-    return logits
+    view = [int(t) for t in prompt][-W:]  # a prompt longer than the window: its newest W
+    cache.reserve(min(W, len(view) + config.max_new_tokens))
+    logits = sync(model, cache, conversation.cached, view)
+    window = first_window([np.asarray(view)], W)
+    try:
+        for step in decode(model, window, cache, logits, config, rng):
+            yield int(step.tokens[0])
+    finally:  # the cache holds the window's text (its last token is read at the next step)
+        conversation.cached = window.row(0)

@@ -9,63 +9,45 @@ import dataclasses
 
 import numpy as np
 
-from .generate import kept_on_slide
-from .sampling import SamplingConfig, draw, probabilities, sample
+from .decode import decode
+from .request import GenerationConfig
+from .sampling import SamplingConfig
+from .window import first_window, sync, view_start
 
 
 class ModelDrafter:
     """A smaller model with its own KV cache, sampling with the same knobs as the target.
 
-    The cache holds the drafter's view of the text. At each proposal it keeps the longest
-    prefix of its cached tokens that the text still agrees with (the guesses the target
-    rejected are dropped: a truncate, never a recomputation) and reads only the rest.
+    Each proposal brings the cache to the drafter's view of the text (window.sync: the guesses
+    the target rejected are dropped, a truncate, never a recomputation), then runs the decode
+    loop for k tokens; q is the distribution each guess was drawn from.
     """
 
     def __init__(self, model, knobs: SamplingConfig):
         self.model, self.knobs = model, knobs
         self.cache = model.new_cache()
         self.cached: list[int] = []  # the tokens whose keys and values the cache holds
-        self.start = 0  # the cache holds text[start:start + len(cached)]
+        self.start = 0  # the drafter's view is text[start:]
         self.calls = 0
 
     def propose(self, text, k, rng):
-        V = self.model.config.vocab_size
+        V, W = self.model.config.vocab_size, self.model.config.context_length
         if k <= 0:
             return [], np.zeros((0, V))
-        view = self._sync(text, k)
-        k = max(1, min(k, self.model.config.context_length - view + 1))  # what the cache holds
+        # Slide before the guesses would overflow the window, not in the middle of them.
+        self.start = view_start(len(text), self.start, W, room=k - 1)
+        view = text[self.start:]
+        k = max(1, min(k, W - len(view) + 1))  # what the window holds
+        logits = sync(self.model, self.cache, self.cached, view)
+        window = first_window([np.asarray(view)], W)
+        config = GenerationConfig(max_new_tokens=k, sampling=self.knobs, seed=None)
         guesses, q = [], np.zeros((k, V))
-        fresh = text[self.start + len(self.cached):]
-        for i in range(k):
-            logits = self.model.forward(np.array([fresh]), self.cache, last=1)[0, -1]
-            self.calls += 1
-            self.cached += fresh
-            history = [text + guesses] if self.knobs.penalises else None
-            if self.knobs.greedy:  # q is one-hot on the token greedy sampling picks
-                guess = int(sample(logits, self.knobs, history))
-                q[i, guess] = 1.0
-            else:
-                q[i] = probabilities(logits, self.knobs, history)
-                guess = int(draw(q[i], rng.random()))
-            guesses.append(guess)
-            fresh = [guess]
+        for i, step in enumerate(decode(self.model, window, self.cache, logits, config, rng)):
+            guesses.append(int(step.tokens[0]))
+            q[i] = step.probs[0]
+        self.cached = window.row(0)  # the view and every guess but the last, unread
+        self.calls += len(guesses)  # a forward pass per guess: the sync, then each step
         return guesses, q
-
-    def _sync(self, text, k):
-        """Roll the cache back to the longest prefix it shares with the text; slide if full."""
-        W = self.model.config.context_length
-        if len(text) - self.start + k - 1 > W:  # the guesses would not fit: keep the newest half
-            self.start = len(text) - kept_on_slide(W)
-            self.cache.reset()
-            self.cached = []
-        visible = text[self.start:]
-        agree = min(len(self.cached), len(visible))
-        if self.cached[:agree] != visible[:agree]:  # one comparison when the cache is a prefix
-            agree = next(i for i, (a, b) in enumerate(zip(self.cached, visible)) if a != b)
-        agree = min(agree, len(visible) - 1)  # re-read at least the last token for its logits
-        self.cache.truncate(agree)
-        del self.cached[agree:]
-        return len(visible)
 
 
 def first_layers(model, n_layers: int):

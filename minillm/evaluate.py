@@ -14,12 +14,7 @@ import math
 
 import numpy as np
 
-
-def log_softmax(logits):
-    """``z - log(sum(exp(z)))`` over the last axis, computed in float64."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+from .layers import log_softmax
 
 
 def evaluate(model, token_ids, window=None, progress=None):

@@ -21,6 +21,14 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def log_softmax(logits) -> np.ndarray:
+    """log softmax(z)_i = (z_i - max z) - log sum_j exp(z_j - max z), over the last axis, in
+    float64: the log-probabilities a loss or a score reads."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
 def layer_norm(x, weight, bias, eps: float):
     """LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, over the last axis."""
     D = x.shape[-1]

@@ -18,18 +18,19 @@ distribution the target samples from, as long as q is the distribution the guess
 from __future__ import annotations
 
 import numbers
-import time
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .generate import (Rollout, check_prompts, generation_config, is_batch, kept_on_slide,
-                       score)
-from .sampling import SamplingConfig, draw, probabilities, sample
+from .knobs import default
+from .logprobs import Rollout, score
+from .request import check_prompts, generation_config, is_batch, random_generator
+from .sampling import SamplingConfig, choose, draw, filtered_probs
 from .stopping import reached_stop, start_text
 from .tokenizer import same_tokens
+from .window import view_start
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -72,42 +73,43 @@ def accept_greedy(top, drafted) -> tuple[int, int]:
 
 @dataclass
 class SpeculativeStats:
-    """What one call cost: guesses proposed and kept, forward passes, wall time."""
+    """What one call did, counted: rounds, guesses proposed and kept, how each round's last
+    token came (a rejection resampled it, or every guess was kept: the bonus), new tokens and
+    forward passes. The caller times what it runs."""
 
-    proposed: int = 0
+    rounds: int = 0
+    guesses: int = 0
     accepted: int = 0
+    resampled: int = 0
+    bonus: int = 0
     new_tokens: int = 0
     target_calls: int = 0
     draft_calls: int = 0
-    seconds: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
         """Kept guesses / proposed guesses."""
-        return self.accepted / self.proposed if self.proposed else 0.0
+        return self.accepted / self.guesses if self.guesses else 0.0
 
     @property
     def tokens_per_target_call(self) -> float:
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
 
 
-def speculative_generate(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
-                         top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                         stop_tokens=(), rng=None, ngram=3, stop_strings=(),
-                         return_logprobs=False):
+def speculative_generate(target, draft, prompt_ids, config=None, *, k=default("k"),
+                         ngram=default("ngram"), rng=None, return_logprobs=False, **knobs):
     """Prompt + new tokens from `target`, with guesses from `draft`, and the SpeculativeStats.
 
     draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
     `ngram` tokens), or any object with propose(text, k, rng) -> (guesses, q) and a `calls`
-    counter. The output has the distribution of minillm.generate with the same knobs; at
-    temperature 0 it is the same text, token for token, window slides included. Stop tokens
-    and stop strings end the text as in minillm.generate. return_logprobs: a Rollout in place
-    of the ids, each new token scored under the target's distributions as generate scores it.
+    counter. k: guesses per round. config and knobs: as in minillm.generate. The output has
+    the distribution of minillm.generate with the same knobs; at temperature 0 it is the same
+    text, token for token, window slides included. return_logprobs: a Rollout in place of
+    the ids, each new token scored under the target's distributions as generate scores it.
     """
     stats, scores = SpeculativeStats(), ([] if return_logprobs else None)
-    new = list(speculative_stream(target, draft, prompt_ids, max_new_tokens, k, temperature,
-                                  top_k, top_p, min_p, repetition_penalty, seed, stop_tokens,
-                                  rng, ngram, stats, stop_strings, scores))
+    new = list(speculative_stream(target, draft, prompt_ids, config, k=k, ngram=ngram, rng=rng,
+                                  stats=stats, scores=scores, **knobs))
     ids = [int(t) for t in prompt_ids] + new
     if scores is None:
         return ids, stats
@@ -115,17 +117,13 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens=200, k=4, tem
     return Rollout(ids, [s.logprob for s in scores], [s.raw_logprob for s in scores]), stats
 
 
-def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, temperature=0.8,
-                       top_k=None, top_p=None, min_p=None, repetition_penalty=None, seed=0,
-                       stop_tokens=(), rng=None, ngram=3, stats=None, stop_strings=(),
-                       scores=None):
+def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k"),
+                       ngram=default("ngram"), rng=None, stats=None, scores=None, **knobs):
     """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
     updated as it goes, and `scores` (a list), if given, receives a ScoredToken for every
     token of a round as the round ends. Arguments are checked here, before the first token."""
     vocab = target.config.vocab_size
-    config = generation_config(vocab, max_new_tokens, temperature, top_k, top_p, min_p,
-                               repetition_penalty, seed, stop_tokens, stop_strings,
-                               target.tokenizer if stop_strings else None)
+    config = generation_config(config, target, **knobs)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k: must be an integer >= 1, got {k!r}")
     if is_batch(prompt_ids):
@@ -133,10 +131,40 @@ def speculative_stream(target, draft, prompt_ids, max_new_tokens=200, k=4, tempe
     check_prompts(prompt_ids, vocab)
     drafter = make_drafter(draft, vocab, config.sampling, ngram,
                            getattr(target, "tokenizer", None))
-    rng = np.random.default_rng(config.seed) if rng is None else rng
     stats = SpeculativeStats() if stats is None else stats
     text = [int(t) for t in prompt_ids]
-    return _rounds(target, drafter, text, config, int(k), rng, stats, scores)
+    return _rounds(target, drafter, text, config, int(k), random_generator(config, rng), stats,
+                   scores)
+
+
+def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
+    """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
+    window and stats. scores: a list that receives a ScoredToken per new token, if given."""
+    W = target.config.context_length
+    new_text = start_text(target.tokenizer, text) if config.stop_strings else None
+    cache = target.new_cache(capacity=min(W, len(text) + config.max_new_tokens + k))
+    start = max(0, len(text) - W)  # the view is text[start:]: a long prompt's last W tokens
+    while stats.new_tokens < config.max_new_tokens:
+        # Each position is predicted from the same view that plain generation would use:
+        # the view may grow to W tokens, so at most W - view guesses fit in this block.
+        room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
+        new, proposed, rows = speculative_round(target, cache, drafter, text, start, room,
+                                                config.sampling, rng)
+        if scores is not None:
+            scores.extend(_scored(new, rows, text[start:], config.sampling))
+        _count(stats, len(new) - 1, proposed, drafter.calls)
+        for t in new:
+            text.append(t)
+            stats.new_tokens += 1
+            yield t
+            if t in config.stop_tokens or stats.new_tokens == config.max_new_tokens:
+                return
+            if new_text is not None and reached_stop(new_text, t, config.stop_strings):
+                return
+        slid = view_start(len(text), start, W)
+        if slid != start:  # the view overflowed: keep its newest half, read it from position 0
+            start = slid
+            cache.reset()
 
 
 def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingConfig, rng):
@@ -158,53 +186,32 @@ def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingCon
     if knobs.penalises:
         seen = text[start:]
         history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
+    p = filtered_probs(logits, knobs, history)  # (k + 1, V)
     if knobs.greedy:  # 3. accept/resample, and the bonus token when every guess is kept
-        kept, token = accept_greedy(sample(logits, knobs, history), guesses)
+        kept, token = accept_greedy(choose(p, knobs), guesses)
     else:
-        p = probabilities(logits, knobs, history)  # (k + 1, V)
         kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
     cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
     return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
 
 
-def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
-    """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
-    window and stats. scores: a list that receives a ScoredToken per new token, if given."""
-    started = time.perf_counter()
-    W = target.config.context_length
-    new_text = start_text(target.tokenizer, text) if config.stop_strings else None
-    cache = target.new_cache(capacity=min(W, len(text) + config.max_new_tokens + k))
-    start = max(0, len(text) - W)  # the view is text[start:], as in generate
-    while stats.new_tokens < config.max_new_tokens:
-        # Each position is predicted from the same view that plain generation would use:
-        # the view may grow to W tokens, so at most W - view guesses fit in this block.
-        room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
-        new, proposed, rows = speculative_round(target, cache, drafter, text, start, room,
-                                                config.sampling, rng)
-        if scores is not None:
-            scores.extend(_scored(new, rows, text[start:], config.sampling))
-        stats.target_calls += 1
-        stats.proposed += proposed
-        stats.accepted += len(new) - 1
-        stats.draft_calls = drafter.calls
-        for t in new:
-            text.append(t)
-            stats.new_tokens += 1
-            stats.seconds = time.perf_counter() - started
-            yield t
-            if t in config.stop_tokens or stats.new_tokens == config.max_new_tokens:
-                return
-            if new_text is not None and reached_stop(new_text, t, config.stop_strings):
-                return
-        if len(text) - start > W:  # the view overflowed with the last token: slide
-            start = len(text) - kept_on_slide(W)
-            cache.reset()
+def _count(stats: SpeculativeStats, kept: int, proposed: int, draft_calls: int) -> None:
+    """Count a round: its guesses, the kept ones, and how its last token came."""
+    stats.rounds += 1
+    stats.target_calls += 1
+    stats.guesses += proposed
+    stats.accepted += kept
+    if kept < proposed:
+        stats.resampled += 1
+    else:
+        stats.bonus += 1
+    stats.draft_calls = draft_calls
 
 
 def _scored(new, logits, seen, knobs: SamplingConfig):
     """The new tokens scored as generate scores them: under the target's distributions."""
     history = [seen + new[:i] for i in range(len(new))] if knobs.penalises else None
-    return score(logits, new, knobs, history)
+    return score(filtered_probs(logits, knobs, history), logits, new)
 
 
 def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):

@@ -1,12 +1,29 @@
-"""ChatML prompts: recognizing the template, rendering conversations, the shared id prefix."""
+"""Chat prompts: Jinja templates as transformers renders them, the built-in ChatML renderer
+without jinja2, BOS in the prompt, the shared id prefix."""
 
 import pytest
 from hypothesis import given, strategies as st
 
+import minillm.chat
 from minillm.chat import (CHATML_TEMPLATE, ChatML, chat_format, chat_prompt_ids,
                           render_chat)
 from minillm.conversation import common_prefix_length
 from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
+
+
+@pytest.fixture(params=["jinja2", "built-in"])
+def renderer(request, monkeypatch):
+    """Each ChatML test runs with jinja2 and with the built-in renderer (jinja2 hidden)."""
+    if request.param == "jinja2":
+        pytest.importorskip("jinja2")
+    else:
+        monkeypatch.setattr(minillm.chat, "_jinja", lambda: None)
+    return request.param
+
+
+@pytest.fixture
+def without_jinja(monkeypatch):
+    monkeypatch.setattr(minillm.chat, "_jinja", lambda: None)
 
 # SmolLM2-135M-Instruct's template, as its GGUF file and tokenizer_config.json hold it.
 SMOLLM2_TEMPLATE = (
@@ -47,12 +64,12 @@ def test_templates_are_recognized_exactly():
                                                     "<|im_end|>\n"),
     ([], ""),
 ])
-def test_smollm2_conversations(messages, expected):
+def test_smollm2_conversations(renderer, messages, expected):
     assert render_chat(messages, SMOLLM2_TEMPLATE, add_generation_prompt=False) == expected
     assert render_chat(messages, SMOLLM2_TEMPLATE) == expected + "<|im_start|>assistant\n"
 
 
-def test_plain_chatml_adds_no_system_message():
+def test_plain_chatml_adds_no_system_message(renderer):
     assert render_chat([USER, ASSISTANT, USER_AGAIN], CHATML_TEMPLATE) == (
         "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4.<|im_end|>\n"
         "<|im_start|>user\nAnd 3+3?\nThanks<|im_end|>\n<|im_start|>assistant\n")
@@ -75,16 +92,73 @@ LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|start_head
     ("{{ messages }}", "unknown template"),
     (None, "no chat template"),
 ])
-def test_other_templates_are_refused_by_what_they_are(template, message):
+def test_without_jinja_other_templates_are_refused_by_what_they_are(without_jinja, template,
+                                                                   message):
     with pytest.raises(ValueError, match=message):
         render_chat([USER], template)
+    if template is not None:
+        with pytest.raises(ValueError, match=r"pip install minillm\[chat\]"):
+            render_chat([USER], template)
+
+
+def test_without_jinja_tools_are_refused(without_jinja):
+    with pytest.raises(ValueError, match="jinja2"):
+        render_chat([USER], CHATML_TEMPLATE, tools=[{"name": "f"}])
 
 
 @pytest.mark.parametrize("bad", [{"role": "user"}, {"role": "user", "content": ["a"]},
                                  ("user", "hi")])
-def test_malformed_messages_are_refused(bad):
+def test_without_jinja_malformed_messages_are_refused(without_jinja, bad):
     with pytest.raises(ValueError, match="message"):
         render_chat([bad], CHATML_TEMPLATE)
+
+
+def test_messages_must_be_dicts_with_a_role():
+    for bad in (("user", "hi"), {"content": "hi"}):
+        with pytest.raises(ValueError, match="message"):
+            render_chat([bad], CHATML_TEMPLATE)
+
+
+# ---------------------------------------------------------------------- Jinja
+
+@pytest.fixture
+def jinja():
+    return pytest.importorskip("jinja2")
+
+
+def test_jinja_renders_templates_with_logic(jinja):
+    assert render_chat([USER, ASSISTANT], LLAMA3_TEMPLATE, bos_token="<B>") == (
+        "<B><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n4.<|eot_id|>")
+
+
+def test_jinja_environment_is_transformers(jinja):
+    # trim_blocks and lstrip_blocks: a block tag's own line leaves no trace.
+    assert render_chat([USER], "  {% if true %}\nA\n  {% endif %}\nB") == "A\nB"
+    # loopcontrols, tojson without HTML escaping and with its options, the generation tag.
+    template = ("{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
+                "{{ m | tojson(indent=1, sort_keys=True) }}{% endfor %}"
+                "{% generation %}<{{ tools[0].name }}>{% endgeneration %}")
+    assert render_chat([{"role": "user", "content": "<&>"}, USER], template,
+                       tools=[{"name": "f"}]) == (
+        '{\n "content": "<&>",\n "role": "user"\n}<f>')
+    # strftime_now, and a message's None values dropped as transformers drops them.
+    assert render_chat([], "{{ strftime_now('%Y') | length }}") == "4"
+    assert render_chat([{"role": "user", "content": None}],
+                       "{{ 'content' in messages[0] }}") == "False"
+
+
+def test_jinja_raise_exception_is_a_value_error(jinja):
+    template = "{{ raise_exception('System role not supported') }}"
+    with pytest.raises(ValueError, match="System role not supported"):
+        render_chat([USER], template)
+
+
+def test_jinja_sandbox_refuses_unsafe_code(jinja):
+    with pytest.raises(ValueError, match="unsafe"):
+        render_chat([USER], "{{ ''.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(ValueError, match="unsafe"):
+        render_chat([USER], "{{ messages.append(1) }}")  # immutable
 
 
 def chatml_tokenizer():
@@ -96,12 +170,39 @@ def chatml_tokenizer():
     return Tokenizer(vocab, [], added, config=config)
 
 
-def test_chat_prompt_ids_use_the_tokenizers_template_and_add_no_bos():
+def test_chat_prompt_ids_use_the_tokenizers_template_and_add_no_bos(renderer):
     tok = chatml_tokenizer()
     ids = chat_prompt_ids(tok, [SYSTEM, USER])
     assert ids == tok.encode(render_chat([SYSTEM, USER], SMOLLM2_TEMPLATE))
     assert ids[0] == 256 and ids[1] != 256  # the template's <|im_start|>, no BOS before it
     assert ids.count(257) == 2 and tok.eos_token_ids == (257,)
+
+
+def test_chat_prompt_ids_add_bos_when_the_template_does_not(jinja):
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    added = [{"id": 256, "content": "<s>", "special": True},
+             {"id": 257, "content": "</s>", "special": True}]
+    phi3 = ("{% for message in messages %}{{'<|' + message['role'] + '|>\n' + message['content']"
+            " + '<|end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}"
+            "{% endif %}")
+    for template, add_bos, first in ((phi3, True, [256]), (phi3, False, []),
+                                     ("{{ bos_token }}" + phi3, True, [256])):
+        config = TokenizerConfig(bos_token="<s>", eos_token="</s>", add_bos_token=add_bos,
+                                 chat_template=template)
+        tok = Tokenizer(vocab, [], added, config=config)
+        ids = chat_prompt_ids(tok, [USER])
+        assert ids == first + tok.encode("<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n")
+
+
+def test_end_of_turn_tokens_the_template_writes_stop_a_reply():
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    added = [{"id": 256, "content": "<|begin_of_text|>", "special": True},
+             {"id": 257, "content": "<|end_of_text|>", "special": True},
+             {"id": 258, "content": "<|eot_id|>", "special": True},
+             {"id": 259, "content": "<|eom_id|>", "special": True}]
+    config = TokenizerConfig(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
+                             chat_template=LLAMA3_TEMPLATE)
+    assert Tokenizer(vocab, [], added, config=config).eos_token_ids == (257, 258)
 
 
 def test_common_prefix_length_examples():
@@ -118,7 +219,7 @@ def test_common_prefix_length_is_the_longest_shared_start(a, b):
     assert n == min(len(a), len(b)) or a[n] != b[n]
 
 
-def test_a_growing_chat_keeps_its_prompt_as_prefix():
+def test_a_growing_chat_keeps_its_prompt_as_prefix(renderer):
     # The next turn's prompt starts with the previous prompt and the reply, so the cache for
     # all of it can be kept when the reply's ids are the ids its text encodes to.
     tok = chatml_tokenizer()

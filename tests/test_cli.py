@@ -37,7 +37,7 @@ def run_cli(capsys, *argv):
 
 def test_generate_streams_the_same_tokens_as_the_library(files, capsys):
     model = minillm.load(files["ids"])
-    expected = minillm.generate(model, [1, 2, 3], 20, temperature=0.8, seed=3)
+    expected = minillm.generate(model, [1, 2, 3], max_new_tokens=20, seed=3)  # same defaults
     for extra in ([], ["--no_cache"]):
         code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"],
                                  "--prompt_ids", "1,2,3", "--max_new_tokens", 20, "--seed", 3,
@@ -47,13 +47,15 @@ def test_generate_streams_the_same_tokens_as_the_library(files, capsys):
         assert len(err.strip().splitlines()) == 1 and "20 tokens" in err and "tokens/s" in err
     code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                            "4 5", "--greedy", "--max_new_tokens", 12, "--top_k", 3)
-    assert [int(t) for t in out.split()] == minillm.generate(model, [4, 5], 12, temperature=0)
+    assert [int(t) for t in out.split()] == minillm.generate(model, [4, 5], max_new_tokens=12,
+                                                             temperature=0)
 
 
 def test_generate_text_through_the_tokenizer_and_its_stop_token(files, capsys):
     model = minillm.load(files["text"])
     prompt = model.tokenizer.encode("Hi there")
-    expected = minillm.generate(model, prompt, 15, top_k=20, seed=1, stop_tokens=[257])
+    expected = minillm.generate(model, prompt, max_new_tokens=15, top_k=20, seed=1,
+                                stop_tokens=[257])
     code, out, _ = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
                            "--max_new_tokens", 15, "--top_k", 20, "--seed", 1)
     assert code == 0 and out == model.tokenizer.decode(expected) + "\n"
@@ -66,11 +68,12 @@ def test_generate_text_through_the_tokenizer_and_its_stop_token(files, capsys):
 def test_generate_stops_at_a_stop_text_and_does_not_print_it(files, capsys):
     model = minillm.load(files["text"])
     prompt = model.tokenizer.encode("Hi there")
-    free = model.tokenizer.decode(minillm.generate(model, prompt, 30, temperature=0)
+    free = model.tokenizer.decode(minillm.generate(model, prompt, max_new_tokens=30, temperature=0)
                                   [len(prompt):])
     stops = [free[12:14], free[20:23]]
     shown = free[:min(i for i in (free.find(stop) for stop in stops) if i >= 0)]
-    expected = minillm.generate(model, prompt, 30, temperature=0, stop_strings=stops)
+    expected = minillm.generate(model, prompt, max_new_tokens=30, temperature=0,
+                                stop_strings=stops)
     for extra in ([], ["--no_cache"], ["--draft", "ngram"]):
         code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], "Hi there",
                                  "--max_new_tokens", 30, "--greedy", "--stop", stops[0],
@@ -85,7 +88,8 @@ def test_generate_stops_at_a_stop_text_and_does_not_print_it(files, capsys):
 def test_generate_prints_the_logprobs_table(files, capsys):
     model = minillm.load(files["text"])
     prompt = model.tokenizer.encode("Hi")
-    rollout = minillm.generate(model, prompt, 8, temperature=0.7, seed=4, return_logprobs=True,
+    rollout = minillm.generate(model, prompt, max_new_tokens=8, temperature=0.7, seed=4,
+                               return_logprobs=True,
                                prompt_logprobs=True)
     code, out, err = run_cli(capsys, "generate", "--model_path", files["text"], "Hi",
                              "--max_new_tokens", 8, "--temperature", 0.7, "--seed", 4,
@@ -160,7 +164,7 @@ def test_bad_generate_only_flags(files, capsys, argv, message):
 
 
 def test_a_missing_default_model_is_a_clear_error(capsys, monkeypatch, tmp_path):
-    import minillm.cli.generate as command
+    import minillm.cli.common as command
 
     monkeypatch.setattr(command, "DEFAULT_MODEL", tmp_path / "target.npz")
     code, _, err = run_cli(capsys, "generate", "--prompt_ids", "1")
@@ -253,3 +257,28 @@ def test_quantize_in_place_reports_the_sizes_before_and_after(tmp_path, capsys):
                      if line.startswith("file"))
     assert f"{before / 2**20:.2f} MiB" in file_line
     assert f"{path.stat().st_size / 2**20:.2f} MiB" in file_line
+
+
+def test_a_fetched_model_is_loaded_by_its_name(files, capsys, monkeypatch, tmp_path):
+    import shutil
+
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    argv = ["generate", "--model_path", "smollm2-135m-instruct", "--prompt_ids", "1,2",
+            "--max_new_tokens", 4, "--greedy"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and "minillm fetch smollm2-135m-instruct" in err
+    shutil.copy(files["ids"], tmp_path / "smollm2-135m-instruct.npz")
+    code, out, err = run_cli(capsys, *argv)
+    model = minillm.load(files["ids"])
+    assert code == 0 and [int(t) for t in out.split()] == minillm.generate(
+        model, [1, 2], max_new_tokens=4, temperature=0)
+
+
+def test_every_sampling_knob_is_a_flag(files, capsys):
+    knobs = dict(temperature=0.9, top_k=30, top_p=0.95, min_p=0.01, repetition_penalty=4.0,
+                 penalty_window=2, seed=5, max_new_tokens=15)
+    flags = [str(part) for name, value in knobs.items() for part in (f"--{name}", value)]
+    code, out, _ = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
+                           "1,2,3", *flags)
+    expected = minillm.generate(minillm.load(files["ids"]), [1, 2, 3], **knobs)
+    assert code == 0 and [int(t) for t in out.split()] == expected

@@ -6,7 +6,7 @@ import pytest
 import minillm
 from minillm.chat import chat_prompt_ids
 from minillm.conversation import Conversation, respond
-from minillm.generate import generation_config
+from minillm.request import generation_config
 from tests.test_chat import ASSISTANT, USER, USER_AGAIN, chatml_tokenizer
 
 END = 257  # <|im_end|>
@@ -36,14 +36,15 @@ def test_each_turn_equals_a_fresh_generation_and_reads_only_what_is_new(context_
     model = minillm.random_model(cfg, seed=3, dtype="float64")
     counting = CountingModel(model)
     knobs = dict(temperature=temperature, top_k=40, repetition_penalty=1.1)
-    config = generation_config(258, max_new_tokens=12, **knobs, stop_tokens=[END])
+    config = generation_config(max_new_tokens=12, **knobs, stop_tokens=[END])
     conversation = Conversation(counting)
     messages, previous = [USER], []
     for turn in range(3):
         prompt = chat_prompt_ids(tok, messages)
         counting.reads.clear()
         reply = list(respond(conversation, prompt, config, np.random.default_rng(turn)))
-        expected = minillm.generate(model, prompt, 12, **knobs, seed=turn, stop_tokens=[END])
+        expected = minillm.generate(model, prompt, max_new_tokens=12, **knobs, seed=turn,
+                                    stop_tokens=[END])
         assert reply == expected[len(prompt):]
         # The cache is as long as this turn can fill, not the whole context.
         assert conversation.cache.capacity == min(context_length, len(prompt) + 12)
@@ -62,13 +63,13 @@ def test_a_conversation_that_changes_its_past_reads_it_again():
     cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=256, d_model=16,
                               n_layers=1, n_heads=2)
     model = minillm.random_model(cfg, seed=4, dtype="float64")
-    config = generation_config(258, max_new_tokens=5, temperature=0, stop_tokens=[END])
+    config = generation_config(max_new_tokens=5, temperature=0, stop_tokens=[END])
     conversation = Conversation(model)
     list(respond(conversation, chat_prompt_ids(tok, [USER, ASSISTANT, USER_AGAIN]), config,
                  None))
     edited = chat_prompt_ids(tok, [USER_AGAIN])  # a different first message
     reply = list(respond(conversation, edited, config, None))
-    assert reply == minillm.generate(model, edited, 5, temperature=0,
+    assert reply == minillm.generate(model, edited, max_new_tokens=5, temperature=0,
                                      stop_tokens=[END])[len(edited):]
 
 
@@ -91,7 +92,8 @@ def test_the_chat_command_streams_each_reply_and_reuses_the_cache(tmp_path, monk
     stats = [line for line in err.splitlines() if line.startswith("[")]
     assert len(stats) == 2 and "0 reused" in stats[0] and "0 reused" not in stats[1]
     prompt = chat_prompt_ids(model.tokenizer, [USER])
-    first = minillm.generate(minillm.load(path), prompt, 6, temperature=0, stop_tokens=[END])
+    first = minillm.generate(minillm.load(path), prompt, max_new_tokens=6, temperature=0,
+                             stop_tokens=[END])
     assert out.startswith(model.tokenizer.decode(first[len(prompt):], skip_special_tokens=True))
     assert out.count("\n") >= 2
 

@@ -147,7 +147,7 @@ def test_cache_race_gives_identical_tokens_and_counts_its_passes(server, model):
     assert answer["cached"]["tokens"] == answer["uncached"]["tokens"]
     ids = ids_of(model)
     assert [t["id"] for t in answer["cached"]["tokens"]] == minillm.generate(
-        model, ids, 30, temperature=0.9, seed=3, stop_tokens=[0])[len(ids):]
+        model, ids, max_new_tokens=30, temperature=0.9, seed=3, stop_tokens=[0])[len(ids):]
     P, n = len(ids), answer["n"]
     assert answer["cached"]["passes"] == P + n - 1
     assert answer["uncached"]["passes"] == sum(range(P, P + n))

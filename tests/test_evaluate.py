@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.evaluate import bits_per_byte, evaluate, log_softmax
+from minillm.evaluate import bits_per_byte, evaluate
+from minillm.layers import log_softmax
 
 
 def direct_loss(model, ids, window):

@@ -158,8 +158,9 @@ def test_text_is_the_same_with_the_fast_path_on_and_off(temperature):
     if "pos_emb.weight" in model.params:
         model.params["pos_emb.weight"] = model.params["pos_emb.weight"][:64]
     prompt = model.tokenizer.encode("In the beginning")
-    assert minillm.generate(fast.accelerate(model), prompt, 100, temperature=temperature) == \
-        minillm.generate(model, prompt, 100, temperature=temperature)
+    assert minillm.generate(fast.accelerate(model), prompt, max_new_tokens=100,
+                            temperature=temperature) == \
+        minillm.generate(model, prompt, max_new_tokens=100, temperature=temperature)
 
 
 def test_the_switch(tmp_path, monkeypatch):

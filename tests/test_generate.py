@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
-from minillm.sampling import sample
-from minillm.generate import Rollout, generate, stream
+from minillm.sampling import filtered_probs
+from minillm.generate import generate, stream
+from minillm.logprobs import Rollout
 from minillm.testing import slide_views
 from minillm.testing.strategies import model_configs
 
@@ -41,9 +42,9 @@ def record_logits(monkeypatch):
 
     def recording(logits, *args):
         seen.append(np.array(logits))
-        return sample(logits, *args)
+        return filtered_probs(logits, *args)
 
-    monkeypatch.setattr(sys.modules["minillm.generate"], "sample", recording)
+    monkeypatch.setattr(sys.modules["minillm.decode"], "filtered_probs", recording)
     return seen
 
 
@@ -62,7 +63,7 @@ def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
     for use_cache in (True, False):
         with pytest.MonkeyPatch.context() as m:
             logits[use_cache] = record_logits(m)
-            out = generate(model, prompts, n, seed=11, use_cache=use_cache, **knobs)
+            out = generate(model, prompts, max_new_tokens=n, seed=11, use_cache=use_cache, **knobs)
         if use_cache:
             cached = out
     assert cached == out
@@ -79,7 +80,8 @@ def test_the_window_slide_follows_the_seed_policy(arch):
     for prompt in ([4], [1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(14))):
         expected = reference_greedy(model, prompt, 30)
         for use_cache in (True, False):
-            assert generate(model, prompt, 30, temperature=0, use_cache=use_cache) == expected
+            assert generate(model, prompt, max_new_tokens=30, temperature=0,
+                            use_cache=use_cache) == expected
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])
@@ -93,8 +95,8 @@ def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
     # a prompt generated alone; greedy decoding and the penalty need no randomness.
     knobs = dict(temperature=0, repetition_penalty=data.draw(st.sampled_from([None, 1.5])),
                  use_cache=data.draw(st.booleans()))
-    batch = generate(model, prompts, 2 * W + 1, **knobs)
-    assert batch == [generate(model, p, 2 * W + 1, **knobs) for p in prompts]
+    batch = generate(model, prompts, max_new_tokens=2 * W + 1, **knobs)
+    assert batch == [generate(model, p, max_new_tokens=2 * W + 1, **knobs) for p in prompts]
 
 
 def test_stop_tokens_end_a_row_and_only_that_row():
@@ -102,9 +104,10 @@ def test_stop_tokens_end_a_row_and_only_that_row():
                               n_layers=2, n_heads=2)
     model = _model(cfg)
     prompts = [[1, 2, 3], [7, 8], [9, 10, 11, 12]]
-    free = generate(model, prompts, 20, temperature=1.0, seed=5)
+    free = generate(model, prompts, max_new_tokens=20, temperature=1.0, seed=5)
     stop = free[0][3 + 4]  # the fifth new token of row 0
-    stopped = generate(model, prompts, 20, temperature=1.0, seed=5, stop_tokens=[stop])
+    stopped = generate(model, prompts, max_new_tokens=20, temperature=1.0, seed=5,
+                       stop_tokens=[stop])
     for prompt, row, full in zip(prompts, stopped, free):
         new = full[len(prompt):]
         end = new.index(stop) + 1 if stop in new else len(new)
@@ -116,7 +119,8 @@ def test_generation_ends_when_every_row_has_stopped():
     cfg = minillm.ModelConfig(arch="classic", vocab_size=3, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)
     model = _model(cfg)
-    steps = list(stream(model, [[0], [1, 2]], 500, temperature=1.0, stop_tokens=[0, 1, 2]))
+    steps = list(stream(model, [[0], [1, 2]], max_new_tokens=500, temperature=1.0,
+                        stop_tokens=[0, 1, 2]))
     assert steps == [steps[0]] and set(steps[0]) == {0, 1}
 
 
@@ -125,10 +129,10 @@ def test_stream_yields_the_tokens_generate_returns():
                               n_layers=1, n_heads=2)
     model = _model(cfg)
     prompt = np.array([3, 4, 5])
-    tokens = list(stream(model, prompt, 25, seed=2))
+    tokens = list(stream(model, prompt, max_new_tokens=25, seed=2))
     assert all(isinstance(t, int) for t in tokens)
-    assert generate(model, prompt, 25, seed=2) == [3, 4, 5] + tokens
-    steps = list(stream(model, np.array([[3, 4, 5], [6, 7, 8]]), 25, seed=2))
+    assert generate(model, prompt, max_new_tokens=25, seed=2) == [3, 4, 5] + tokens
+    steps = list(stream(model, np.array([[3, 4, 5], [6, 7, 8]]), max_new_tokens=25, seed=2))
     assert all(sorted(s) == [0, 1] for s in steps) and len(steps) == 25
 
 
@@ -136,19 +140,20 @@ def test_same_seed_same_text_and_rng_instead_of_seed():
     cfg = minillm.ModelConfig(arch="modern", vocab_size=60, context_length=10, d_model=8,
                               n_layers=1, n_heads=2)
     model = _model(cfg)
-    a = generate(model, [1, 2], 30, temperature=1.0, seed=4)
-    assert a == generate(model, [1, 2], 30, temperature=1.0, seed=4)
-    assert a == generate(model, [1, 2], 30, temperature=1.0, rng=np.random.default_rng(4))
-    assert a != generate(model, [1, 2], 30, temperature=1.0, seed=5)
-    assert generate(model, [1, 2], 0) == [1, 2]
+    a = generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=4)
+    assert a == generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=4)
+    assert a == generate(model, [1, 2], max_new_tokens=30, temperature=1.0,
+                         rng=np.random.default_rng(4))
+    assert a != generate(model, [1, 2], max_new_tokens=30, temperature=1.0, seed=5)
+    assert generate(model, [1, 2], max_new_tokens=0) == [1, 2]
 
 
 def test_float32_model_cached_equals_uncached_greedy():
     cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=12, d_model=16,
                               n_layers=2, n_heads=4, n_kv_heads=2)
     model = minillm.random_model(cfg, seed=0, std=0.5)
-    assert generate(model, [5, 6, 7], 30, temperature=0) == \
-        generate(model, [5, 6, 7], 30, temperature=0, use_cache=False)
+    assert generate(model, [5, 6, 7], max_new_tokens=30, temperature=0) == \
+        generate(model, [5, 6, 7], max_new_tokens=30, temperature=0, use_cache=False)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -195,9 +200,11 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
                  min_p=data.draw(st.sampled_from([None, 0.05])),
                  repetition_penalty=data.draw(st.sampled_from([None, 1.3])))
     n, use_cache = 2 * W + 1, data.draw(st.booleans())  # every row slides at least once
-    rollouts = generate(model, prompts, n, seed=7, use_cache=use_cache, return_logprobs=True,
+    rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache,
+                        return_logprobs=True,
                         prompt_logprobs=True, **knobs)
-    assert [r.tokens for r in rollouts] == generate(model, prompts, n, seed=7, **knobs)
+    assert [r.tokens for r in rollouts] == generate(model, prompts, max_new_tokens=n, seed=7,
+                                                    **knobs)
     for prompt, rollout in zip(prompts, rollouts):
         new = rollout.new_tokens
         assert rollout.tokens == prompt + new and len(new) == n
@@ -221,14 +228,14 @@ def test_logprobs_of_one_prompt_and_the_default_return_value():
     cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)
     model = _model(cfg)
-    plain = generate(model, [1, 2, 3], 6, seed=1)
+    plain = generate(model, [1, 2, 3], max_new_tokens=6, seed=1)
     assert isinstance(plain, list) and all(isinstance(t, int) for t in plain)
-    rollout = generate(model, [1, 2, 3], 6, seed=1, return_logprobs=True)
+    rollout = generate(model, [1, 2, 3], max_new_tokens=6, seed=1, return_logprobs=True)
     assert isinstance(rollout, Rollout)
     assert rollout.tokens == plain and rollout.prompt_logprobs is None
-    greedy = generate(model, [1, 2, 3], 6, temperature=0, return_logprobs=True)
+    greedy = generate(model, [1, 2, 3], max_new_tokens=6, temperature=0, return_logprobs=True)
     assert greedy.logprobs == [0.0] * 6 and all(lp < 0 for lp in greedy.raw_logprobs)
-    assert generate(model, [1, 2, 3], 0, prompt_logprobs=True).logprobs == []
+    assert generate(model, [1, 2, 3], max_new_tokens=0, prompt_logprobs=True).logprobs == []
 
 
 def test_stream_scores_each_token_as_generate_does():
@@ -238,13 +245,14 @@ def test_stream_scores_each_token_as_generate_does():
                               n_layers=1, n_heads=2)
     model = _model(cfg)
     knobs = dict(top_k=5, repetition_penalty=1.2, seed=3)
-    rollout = generate(model, [1, 2, 3], 12, **knobs, return_logprobs=True)
-    scored = list(stream(model, [1, 2, 3], 12, **knobs, return_logprobs=True))
+    rollout = generate(model, [1, 2, 3], max_new_tokens=12, **knobs, return_logprobs=True)
+    scored = list(stream(model, [1, 2, 3], max_new_tokens=12, **knobs, return_logprobs=True))
     assert [s.token for s in scored] == rollout.new_tokens
     assert [s.logprob for s in scored] == rollout.logprobs
     assert [s.raw_logprob for s in scored] == rollout.raw_logprobs
-    batch = list(stream(model, [[1, 2, 3], [4, 5]], 4, **knobs, return_logprobs=True))
-    rows = generate(model, [[1, 2, 3], [4, 5]], 4, **knobs, return_logprobs=True)
+    batch = list(stream(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, **knobs,
+                        return_logprobs=True))
+    rows = generate(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, **knobs, return_logprobs=True)
     assert [step[1].logprob for step in batch] == rows[1].logprobs
 
 
@@ -259,5 +267,5 @@ def test_a_window_slide_costs_one_forward_pass(monkeypatch, prompts):
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
     n = 20  # the window (6) slides to 3 tokens and fills again: 6 slides
-    generate(model, prompts, n, temperature=0)
+    generate(model, prompts, max_new_tokens=n, temperature=0)
     assert len(calls) == 1 + (n - 1)

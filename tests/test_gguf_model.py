@@ -258,7 +258,7 @@ WRONG_METADATA = [
      "tokenizer.ggml.add_bos_token: found integer 1, expected bool"),
     ("tokenizer.chat_template", UINT32, 7,
      "tokenizer.chat_template: found integer 7, expected string"),
-    ("tokenizer.ggml.pre", STRING, "deepseek-coder", "tokenizer: pre-tokenizer 'deepseek-coder'"),
+    ("tokenizer.ggml.pre", STRING, "kimi-k2", "tokenizer: pre-tokenizer 'kimi-k2'"),
     ("llama.block_count", UINT64, 10**7,
      "llama.block_count: found integer 10000000, expected 2, the number of blocks"),
     ("llama.context_length", UINT64, 2**24,

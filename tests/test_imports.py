@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minillm"
 OPTIONAL = {"torch", "transformers", "safetensors", "tokenizers", "threadpoolctl", "gguf",
-            "hypothesis", "matplotlib"}
+            "hypothesis", "matplotlib", "jinja2", "llama_cpp"}
 
 
 def module_name(path: Path) -> str:

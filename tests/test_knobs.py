@@ -1,12 +1,20 @@
-"""One set of knobs, checked once: generate, stream and speculative_generate take the same
-arguments and refuse the same bad ones with the same message."""
+"""One set of knobs, checked once: generate, stream, speculative_generate and the chat's
+respond take the same arguments (a GenerationConfig, knobs by name, or both) and refuse the
+same bad ones with the same message; one table of defaults for the library, the command line
+and the README."""
 import dataclasses
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import minillm
-from minillm.generate import GenerationConfig, generation_config, stream
+from minillm.cli import build_parser
+from minillm.conversation import Conversation, respond
+from minillm.generate import stream
+from minillm.knobs import KNOBS
+from minillm.request import GenerationConfig, generation_config
 from minillm.sampling import SamplingConfig
 from minillm.speculative import speculative_stream
 
@@ -23,13 +31,28 @@ def run_speculative(**kw):
     return list(speculative_stream(MODEL, "ngram", [1, 2, 3], **kw))
 
 
-@pytest.mark.parametrize("run", [run_plain, run_speculative])
+def run_generate(**kw):
+    return minillm.generate(MODEL, [1, 2, 3], **kw)[3:]
+
+
+def run_speculative_generate(**kw):
+    return minillm.speculative_generate(MODEL, "ngram", [1, 2, 3], **kw)[0][3:]
+
+
+def run_respond(**kw):
+    return list(respond(Conversation(MODEL), [1, 2, 3], **kw))
+
+
+ENTRY_POINTS = [run_plain, run_speculative, run_generate, run_speculative_generate, run_respond]
+
+
+@pytest.mark.parametrize("run", ENTRY_POINTS)
 def test_numpy_integers_are_integers(run):
     assert len(run(max_new_tokens=np.int64(3), temperature=0)) == 3
     assert len(run(max_new_tokens=3, top_k=np.int32(2), seed=np.int64(5))) == 3
 
 
-@pytest.mark.parametrize("run", [run_plain, run_speculative])
+@pytest.mark.parametrize("run", ENTRY_POINTS)
 @pytest.mark.parametrize("kwargs, message", [
     (dict(stop_tokens=[20]), r"stop_tokens: ids must be in \[0, 20\)"),
     (dict(stop_tokens=[-1]), r"stop_tokens: ids must be in \[0, 20\)"),
@@ -43,6 +66,8 @@ def test_numpy_integers_are_integers(run):
     (dict(min_p=1.5), r"min_p: must be in \[0, 1\]"),
     (dict(repetition_penalty=0), "repetition_penalty: must be a number > 0"),
     (dict(seed=1.5), "seed: must be an integer or None"),
+    (dict(penalty_window=0), "penalty_window: must be an integer >= 1"),
+    (dict(config=SamplingConfig()), "config: expected a GenerationConfig"),
 ])
 def test_both_loops_refuse_the_same_arguments_the_same_way(run, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -57,8 +82,8 @@ def test_off_values_read_as_none_and_the_config_is_frozen():
     assert SamplingConfig(repetition_penalty=1.3).penalises
     with pytest.raises(dataclasses.FrozenInstanceError):
         knobs.top_k = 3
-    config = generation_config(20, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
-    assert config == GenerationConfig(4, SamplingConfig(temperature=0.8), 0, (1, 3))
+    config = generation_config(None, MODEL, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
+    assert config == GenerationConfig(4, SamplingConfig(temperature=1.0), 0, (1, 3))
     assert type(config.max_new_tokens) is int
 
 
@@ -72,3 +97,45 @@ def test_token_ids_must_be_integers():
 def test_speculative_decoding_takes_one_prompt():
     with pytest.raises(ValueError, match="one prompt, not a batch"):
         minillm.speculative_generate(MODEL, "ngram", [[1, 2], [3, 4]])
+
+
+@pytest.mark.parametrize("run", ENTRY_POINTS)
+def test_every_knob_reaches_every_entry_point_by_name_or_in_a_config(run):
+    """The same tokens from knobs by name, from a GenerationConfig, and from a config whose
+    knobs are replaced by name; the penalty's window (which changes the text here) included."""
+    knobs = dict(max_new_tokens=24, temperature=0.9, top_k=8, top_p=0.95, min_p=0.01,
+                 repetition_penalty=5.0, seed=3)
+    config = GenerationConfig(24, SamplingConfig(0.9, 8, 0.95, 0.01, 5.0), 3)
+    for window in (1, 64):
+        by_name = run(**knobs, penalty_window=window)
+        assert by_name == run(config=generation_config(config, penalty_window=window))
+        assert by_name == run(config=GenerationConfig(), **knobs, penalty_window=window)
+    assert run(**knobs, penalty_window=1) != run(**knobs, penalty_window=64)
+
+
+@pytest.mark.parametrize("run", ENTRY_POINTS)
+def test_an_unknown_knob_is_named(run):
+    with pytest.raises(TypeError, match="temprature: not a knob"):
+        run(temprature=0.5)
+
+
+def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme():
+    default = {name: knob.default for name, knob in KNOBS.items()}
+    config = GenerationConfig()
+    assert dataclasses.asdict(config.sampling) == {name: default[name] for name in (
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "penalty_window")}
+    assert (config.max_new_tokens, config.seed, config.stop_tokens, config.stop_strings) == (
+        default["max_new_tokens"], default["seed"], default["stop_tokens"],
+        default["stop_strings"])
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for command in ("generate", "chat", "next"):
+        flags = {a.dest: a for a in commands[command]._actions}
+        for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                     "penalty_window") + (("max_new_tokens", "seed") if command != "next" else ()):
+            assert flags[name].default == default[name], (command, name)
+            assert KNOBS[name].help in flags[name].help
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+) \|", readme, re.M))
+    assert {name: rows[name] for name in KNOBS} == {name: str(value) for name, value in
+                                                     default.items()}
+    assert SamplingConfig().temperature == 1.0  # the default temperature the README explains

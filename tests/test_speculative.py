@@ -200,7 +200,7 @@ def test_greedy_speculative_equals_greedy_target(data):
     out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
                                       temperature=0, repetition_penalty=penalty)
     assert out == expected
-    assert stats.new_tokens == new and stats.accepted <= stats.proposed
+    assert stats.new_tokens == new and stats.accepted <= stats.guesses
 
 
 def test_stop_tokens_and_limit_are_exact_inside_an_accepted_block():
@@ -249,7 +249,7 @@ def test_rollback_leaves_caches_as_a_fresh_prefill_would(temperature):
     target, draft = CheckedModel(TARGET), CheckedModel(DRAFT)
     _, stats = speculative_generate(target, ModelDrafter(draft, SamplingConfig(temperature)),
                                     PROMPT, max_new_tokens=40, k=3, temperature=temperature)
-    assert 0 < stats.accepted < stats.proposed  # some guesses were rejected and rolled back
+    assert 0 < stats.accepted < stats.guesses  # some guesses were rejected and rolled back
     assert target.checks > 5 and draft.checks > 5
 
 
@@ -316,8 +316,9 @@ def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
     reference = minillm.Model(draft.config, dict(draft.params))
     tokens = np.array([[3, 1, 4, 1, 5]])
     np.testing.assert_allclose(draft.forward(tokens), reference.forward(tokens), atol=1e-12)
-    greedy = minillm.generate(target, [3, 1, 4], 20, temperature=0)
-    ids, stats = speculative_generate(target, draft, [3, 1, 4], 20, k=3, temperature=0)
+    greedy = minillm.generate(target, [3, 1, 4], max_new_tokens=20, temperature=0)
+    ids, stats = speculative_generate(target, draft, [3, 1, 4], max_new_tokens=20, k=3,
+                                      temperature=0)
     assert ids == greedy and stats.draft_calls > 0
     with pytest.raises(ValueError, match="n_layers"):
         first_layers(target, 4)
@@ -332,38 +333,39 @@ def test_a_draft_model_must_share_the_targets_tokenizer():
     target, draft = (minillm.random_model(cfg, seed=s) for s in (1, 2))
     target.tokenizer = Tokenizer(bytes_only, [["a", "b"]])
     draft.tokenizer = Tokenizer(bytes_only, [["a", "b"]])  # equal, another object
-    speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+    speculative_generate(target, draft, [1, 2, 3], max_new_tokens=4, temperature=0)
     draft.tokenizer = Tokenizer(bytes_only, [["b", "a"]])  # other merges
     with pytest.raises(ValueError, match="tokenizer differs from the target's"):
-        speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+        speculative_generate(target, draft, [1, 2, 3], max_new_tokens=4, temperature=0)
     draft.tokenizer = None
     with pytest.warns(UserWarning, match="carries no tokenizer"):
-        speculative_generate(target, draft, [1, 2, 3], 4, temperature=0)
+        speculative_generate(target, draft, [1, 2, 3], max_new_tokens=4, temperature=0)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 @pytest.mark.parametrize("context_length", [64, 12])  # 12: the window slides
 def test_speculative_logprobs_equal_a_fresh_forward_pass_over_each_view(temperature,
                                                                        context_length):
-    from minillm.evaluate import log_softmax
-    from minillm.sampling import SamplingConfig, probabilities
+    from minillm.layers import log_softmax
+    from minillm.sampling import SamplingConfig, filtered_probs
 
     cfg = minillm.ModelConfig(arch="modern", vocab_size=30, context_length=context_length,
                               d_model=8, n_layers=2, n_heads=2)
     target = minillm.random_model(cfg, seed=5, dtype="float64")
     draft = minillm.random_model(cfg, seed=6, dtype="float64")
     knobs = dict(temperature=temperature, top_k=6, repetition_penalty=1.3)
-    rollout, _ = speculative_generate(target, draft, [1, 2, 3], 20, k=3, **knobs, seed=2,
+    rollout, _ = speculative_generate(target, draft, [1, 2, 3], max_new_tokens=20, k=3, **knobs,
+                                      seed=2,
                                       return_logprobs=True)
     assert len(rollout.logprobs) == len(rollout.raw_logprobs) == 20
     if temperature == 0:
-        assert rollout.tokens == minillm.generate(target, [1, 2, 3], 20, **knobs)
+        assert rollout.tokens == minillm.generate(target, [1, 2, 3], max_new_tokens=20, **knobs)
         assert rollout.logprobs == [0.0] * 20
     text, start, W = [1, 2, 3], 0, context_length
     for i, t in enumerate(rollout.new_tokens):
         view = text[start:]
         logits = target.forward(np.array([view]))[0, -1]
-        p = probabilities(logits, SamplingConfig(**knobs), [view])
+        p = filtered_probs(logits, SamplingConfig(**knobs), [view])
         assert abs(rollout.raw_logprobs[i] - log_softmax(logits)[t]) < 1e-10
         assert abs(rollout.logprobs[i] - np.log(p[t])) < 1e-10
         text.append(t)

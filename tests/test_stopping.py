@@ -52,16 +52,19 @@ def test_finding_cutting_and_holding_back():
 def test_generation_ends_with_the_token_that_completes_a_stop_string(model, temperature):
     tokenizer = model.tokenizer
     prompt = tokenizer.encode("Hi there")
-    free = generate(model, prompt, 30, temperature=temperature, seed=3)[len(prompt):]
+    free = generate(model, prompt, max_new_tokens=30, temperature=temperature,
+                    seed=3)[len(prompt):]
     text = tokenizer.decode(free)
     stop = text[len(text) // 2:len(text) // 2 + 2]  # two characters from the middle
     n = ends_at(tokenizer, free, [stop])
     assert n < len(free)
-    stopped = generate(model, prompt, 30, temperature=temperature, seed=3, stop_strings=[stop])
+    stopped = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
+                       stop_strings=[stop])
     assert stopped == prompt + free[:n]
-    assert list(stream(model, prompt, 30, temperature=temperature, seed=3,
+    assert list(stream(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
                        stop_strings=[stop])) == free[:n]
-    rollout = generate(model, prompt, 30, temperature=temperature, seed=3, stop_strings=[stop],
+    rollout = generate(model, prompt, max_new_tokens=30, temperature=temperature, seed=3,
+                       stop_strings=[stop],
                        return_logprobs=True)
     assert rollout.tokens == stopped and len(rollout.logprobs) == n
 
@@ -69,9 +72,9 @@ def test_generation_ends_with_the_token_that_completes_a_stop_string(model, temp
 def test_the_prompt_is_not_searched_and_each_batch_row_stops_alone(model):
     tokenizer = model.tokenizer
     prompts = [tokenizer.encode(p) for p in ("STOP here", "go on", "x")]
-    free = generate(model, prompts, 25, temperature=0)
+    free = generate(model, prompts, max_new_tokens=25, temperature=0)
     stops = ["STOP", tokenizer.decode(free[0][len(prompts[0]):])[3:5]]
-    stopped = generate(model, prompts, 25, temperature=0, stop_strings=stops)
+    stopped = generate(model, prompts, max_new_tokens=25, temperature=0, stop_strings=stops)
     kept = [ends_at(tokenizer, full[len(p):], stops) for p, full in zip(prompts, free)]
     assert kept[0] < 25  # the first row stops; whether the others do is up to their text
     assert stopped == [full[:len(p) + n] for p, full, n in zip(prompts, free, kept)]
@@ -79,11 +82,12 @@ def test_the_prompt_is_not_searched_and_each_batch_row_stops_alone(model):
 
 def test_speculative_decoding_stops_on_the_same_string(model):
     prompt = model.tokenizer.encode("Hi there")
-    free = generate(model, prompt, 30, temperature=0)[len(prompt):]
+    free = generate(model, prompt, max_new_tokens=30, temperature=0)[len(prompt):]
     stop = model.tokenizer.decode(free)[10:12]
-    expected = generate(model, prompt, 30, temperature=0, stop_strings=[stop])
+    expected = generate(model, prompt, max_new_tokens=30, temperature=0, stop_strings=[stop])
     for draft in ("ngram", model):
-        ids, _ = minillm.speculative_generate(model, draft, prompt, 30, k=3, temperature=0,
+        ids, _ = minillm.speculative_generate(model, draft, prompt, max_new_tokens=30, k=3,
+                                              temperature=0,
                                               stop_strings=[stop])
         assert ids == expected
 
@@ -91,10 +95,10 @@ def test_speculative_decoding_stops_on_the_same_string(model):
 def test_stop_strings_need_a_tokenizer_and_a_list(model):
     bare = minillm.random_model(model.config, seed=0)
     with pytest.raises(ValueError, match="stop_strings: this model has no tokenizer"):
-        generate(bare, [1, 2], 5, stop_strings=["x"])
+        generate(bare, [1, 2], max_new_tokens=5, stop_strings=["x"])
     with pytest.raises(ValueError, match="stop_strings: this model has no tokenizer"):
-        minillm.speculative_generate(bare, "ngram", [1, 2], 5, stop_strings=["x"])
+        minillm.speculative_generate(bare, "ngram", [1, 2], max_new_tokens=5, stop_strings=["x"])
     with pytest.raises(ValueError, match=r"stop_strings: must be a list of strings.*\['END'\]"):
-        generate(model, [1, 2], 5, stop_strings="END")
+        generate(model, [1, 2], max_new_tokens=5, stop_strings="END")
     with pytest.raises(ValueError, match="stop_strings: must be non-empty strings"):
-        stream(model, [1, 2], 5, stop_strings=["", "x"])
+        stream(model, [1, 2], max_new_tokens=5, stop_strings=["", "x"])

@@ -18,8 +18,9 @@ import pytest
 import minillm
 from minillm import model as model_module
 from minillm import speculative
-from minillm.generate import decode_steps, generation_config
-from minillm.sampling import SamplingConfig, draw, filtered_probs, probabilities, sample_next_token
+from minillm.decode import decode_steps
+from minillm.request import generation_config
+from minillm.sampling import SamplingConfig, draw, filtered_probs, sample_next_token
 from minillm.speculative import speculative_generate
 from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, check_batch_equivalence,
                              check_cache_equivalence, check_draws, check_rollback, check_sampler,
@@ -154,7 +155,7 @@ def test_batch_checker_fails_positions_counted_from_the_padding(monkeypatch):
 def greedy_logits(model, use_cache=True):
     """minillm's generation loop as check_window_slides wants it: the logits of each step."""
     def decode(prompt, n):
-        config = generation_config(model.vocab_size, n, temperature=0)
+        config = generation_config(max_new_tokens=n, temperature=0)
         steps = decode_steps(model, [prompt], config, None, use_cache)
         return np.array([step.logits[0] for step in steps])
     return decode
@@ -164,8 +165,7 @@ def keys_keep_their_old_positions(model, window, token, cache, shift, slid):
     """Bug: on a slide the cache moves left (cache.shift) but its kept keys are not re-read, so
     they keep the RoPE rotation of their old positions while the new tokens count from the new
     start: every query-key angle drifts by the shift."""
-    if shift:
-        cache.shift(shift)
+    cache.shift(shift)
     return model.forward(token[:, None], cache)[:, -1]
 
 
@@ -183,7 +183,8 @@ def test_slide_checker_passes_minillm(model, use_cache):
 def test_slide_checker_fails_rope_positions_that_drift_after_a_slide(monkeypatch):
     """One layer: a kept token's key depends only on its embedding and its position, so the
     only thing the bug changes is the positions."""
-    monkeypatch.setattr(sys.modules["minillm.generate"], "_decode", keys_keep_their_old_positions)
+    monkeypatch.setattr(sys.modules["minillm.decode"], "read_slid",
+                        keys_keep_their_old_positions)
     with pytest.raises(AssertionError, match=r"step \d+ .*logits differ"):
         check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, max_examples=5)
 
@@ -227,7 +228,7 @@ def top_p_of_the_unnormalised_top_k(z, knobs):
 
 
 def test_sampler_checker_passes_minillm_on_every_knob_combination():
-    check_sampler(lambda z, knobs: probabilities(z, knobs))
+    check_sampler(lambda z, knobs: filtered_probs(z, knobs))
 
 
 @pytest.mark.parametrize("bug, knobs", [
@@ -235,14 +236,14 @@ def test_sampler_checker_passes_minillm_on_every_knob_combination():
     (top_p_of_the_unnormalised_top_k, SamplingConfig(temperature=1.0, top_k=5, top_p=0.6))],
     ids=["top_p_without_the_crossing_token", "top_p_of_the_unnormalised_top_k"])
 def test_sampler_checker_fails_a_wrong_filter(bug, knobs):
-    check_sampler(lambda z, k: probabilities(z, k), knobs, max_examples=20)
+    check_sampler(lambda z, k: filtered_probs(z, k), knobs, max_examples=20)
     with pytest.raises(AssertionError, match="differs from minillm's"):
         check_sampler(bug, knobs, max_examples=20)
 
 
 def revives_removed_tokens(z, knobs):
     """Bug: tokens an earlier stage removed (logit -inf) get a little mass back."""
-    p = probabilities(z, knobs) + 1e-3 * np.isneginf(z)
+    p = filtered_probs(z, knobs) + 1e-3 * np.isneginf(z)
     return p / p.sum(axis=-1, keepdims=True)
 
 
@@ -586,16 +587,16 @@ def test_the_window_is_the_loops_not_the_engines_context():
 
 def temperature_first(z, knobs):
     """minillm's own rule: the temperature before the filters."""
-    return probabilities(np.asarray(z, dtype=np.float64), knobs)
+    return filtered_probs(np.asarray(z, dtype=np.float64), knobs)
 
 
 def temperature_last(z, knobs):
     """The filters on softmax(z), then softmax(z / T) over what they kept (llama.cpp's order)."""
     z = np.asarray(z, dtype=np.float64)
     untempered = dataclasses.replace(knobs, temperature=1.0)
-    kept = probabilities(z, untempered) > 0 if not knobs.greedy else None
+    kept = filtered_probs(z, untempered) > 0 if not knobs.greedy else None
     if kept is None:
-        return probabilities(z, knobs)
+        return filtered_probs(z, knobs)
     e = np.where(kept, np.exp((z - z.max(axis=-1, keepdims=True)) / knobs.temperature), 0.0)
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -612,7 +613,7 @@ def test_sampler_checker_takes_another_order_of_knobs():
 def test_sampler_checker_in_float32_with_the_knobs_first_in_its_message():
     def in_float32(z, knobs):
         assert z.dtype == np.float32
-        return probabilities(z, knobs).astype(np.float32)
+        return filtered_probs(z, knobs).astype(np.float32)
 
     report = check_sampler(in_float32, atol=1e-6, dtype="float32")
     assert report.cases > 0 and report.max_diff <= 1e-6

@@ -7,10 +7,12 @@ import unicodedata
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.tokenizer import (ASCII_PATTERN, BYTE_TO_CHAR, LLAMA3_REGEX, PRE_TOKENIZERS,
-                               StreamDecoder, Tokenizer, TokenizerConfig, gpt2_split_pattern,
-                               load_tokenizer, pre_tokenize, split_pattern, to_python_regex,
-                               unicode_letters_and_numbers)
+from minillm.bpe import BYTE_TO_CHAR
+from minillm.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS,
+                                 gpt2_split_pattern, pre_tokenize, split_pattern,
+                                 to_python_regex, unicode_categories,
+                                 unicode_letters_and_numbers)
+from minillm.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
 
 TOKENIZER_JSON = pathlib.Path(__file__).resolve().parents[1] / "weights" / "tokenizer.json"
 EOS = "<|endoftext|>"
@@ -73,6 +75,8 @@ def test_character_classes_are_exact_over_all_of_unicode():
     categories = [unicodedata.category(chr(code)) for code in range(0x110000)]
     assert letters == "".join(chr(c) for c, cat in enumerate(categories) if cat[0] == "L")
     assert numbers == "".join(chr(c) for c, cat in enumerate(categories) if cat[0] == "N")
+    for major, chars in unicode_categories().items():
+        assert chars == "".join(chr(c) for c, cat in enumerate(categories) if cat[0] == major)
 
 
 @SETTINGS
@@ -207,7 +211,7 @@ def test_unknown_id_is_a_clear_error(tok):
 # Splits the Rust `tokenizers` library makes of the same strings (its Split with the same
 # regex; for "smollm", Digits(individual_digits=True) first).
 KNOWN_SPLITS = {
-    "gpt2": {
+    "gpt-2": {
         "x  42": ["x", " ", " 42"],
         "a   1234567 b": ["a", "  ", " 1234567", " b"],
         "I'VE DON'T we'Ll": ["I", "'", "VE", " DON", "'", "T", " we", "'", "Ll"],
@@ -247,9 +251,14 @@ def test_named_pre_tokenizers_known_splits(name, text, words):
     assert pre_tokenize(text, name) == words
 
 
-def test_pre_tokenizer_aliases_share_their_regexes():
-    assert PRE_TOKENIZERS["default"] == PRE_TOKENIZERS["gpt2"]
+def test_pre_tokenizer_aliases_share_their_rules():
     assert PRE_TOKENIZERS["llama3"] == PRE_TOKENIZERS["llama-bpe"]
+    assert PRE_TOKENIZERS["llama-bpe"].ignore_merges and PRE_TOKENIZERS["llama-bpe"].add_bos
+    assert PRE_TOKENIZERS["starcoder"] == PRE_TOKENIZERS["smollm"]
+    # llama.cpp's rules for a file without a name cut punctuation and digits first.
+    assert PRE_TOKENIZERS["default"] != PRE_TOKENIZERS["gpt-2"]
+    assert pre_tokenize("a+=1234567;", "default") == ["a", "+=", "123", "456", "7", ";"]
+    assert pre_tokenize("a+=1234567;", "gpt-2") == ["a", "+=", "1234567", ";"]
 
 
 @SETTINGS
@@ -260,7 +269,7 @@ def test_every_pre_tokenizer_covers_the_text(name, text):
 
 
 @SETTINGS
-@given(st.sampled_from(sorted({r for regexes in PRE_TOKENIZERS.values() for r in regexes})),
+@given(st.sampled_from(sorted({r for rules in PRE_TOKENIZERS.values() for r in rules.regexes})),
        st.text(alphabet=st.characters(max_codepoint=127)))
 def test_ascii_patterns_equal_full_patterns_on_ascii(regex, text):
     assert (split_pattern(regex, ascii_only=True).findall(text)
@@ -275,27 +284,33 @@ def test_smollm_gives_every_digit_its_own_word(text):
 
 
 def test_unknown_pre_tokenizer_is_refused_by_name():
-    with pytest.raises(ValueError, match="'deepseek-llm'"):
-        pre_tokenize("text", "deepseek-llm")
-    with pytest.raises(ValueError, match="'deepseek-llm'"):
-        Tokenizer({"a": 0}, [], pre_tokenizer="deepseek-llm")
+    # "gpt2" is not a name llama.cpp writes (it writes "gpt-2"); kimi-k2 needs its own code.
+    for name in ("gpt2", "kimi-k2"):
+        with pytest.raises(ValueError, match=f"'{name}'"):
+            pre_tokenize("text", name)
+        with pytest.raises(ValueError, match=f"'{name}'"):
+            Tokenizer({"a": 0}, [], pre_tokenizer=name)
 
 
 def test_python_regex_translation():
-    assert to_python_regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\s+(?!\S)", "A-Z", "0-9", " ") == (
-        r"[^\r\nA-Z0-9]?[A-Z]+|[ ]+(?![^ ])")
+    classes = {r"\p{L}": "A-Z", r"\p{N}": "0-9", r"\s": " "}.get
+    assert to_python_regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\s+(?!\S)|\s+$", classes) == (
+        r"[^\r\nA-Z0-9]?[A-Z]+|[ ]+(?![^ ])|[ ]+\Z")
+    with pytest.raises(ValueError, match="Han"):
+        to_python_regex(r"\p{Han}+", classes)
 
 
 @pytest.mark.parametrize("name", sorted(PRE_TOKENIZERS))
 def test_tokenizer_json_forms_of_each_pre_tokenizer_round_trip(name):
     tok = tiny_tokenizer(pre_tokenizer=name)
     data = json.loads(tok.to_json())
-    again = Tokenizer.from_json(tok.to_json())
-    assert PRE_TOKENIZERS[again.pre_tokenizer] == PRE_TOKENIZERS[name]
-    text = "It'S 1234 \u00e9t\u00e9\n\n  x<s>y"
+    again = Tokenizer.from_json(tok.to_json(), tok.config)  # as a .npz file keeps them
+    assert again.rules == tok.rules and again.ignore_merges == tok.ignore_merges
+    text = "It'S 1234 \u00e9t\u00e9\n\n  x<s>y\u3001\u3000\u3002"
     assert again.encode(text) == tok.encode(text)
     kind = data["pre_tokenizer"]["type"]
-    assert kind == ("ByteLevel" if name in ("gpt2", "default") else "Sequence")
+    assert kind == ("ByteLevel" if PRE_TOKENIZERS[name] == PRE_TOKENIZERS["gpt-2"]
+                    else "Sequence")
 
 
 def test_hugging_face_pre_tokenizer_forms_are_read():
@@ -304,14 +319,15 @@ def test_hugging_face_pre_tokenizer_forms_are_read():
                   "use_regex": True}
     data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True}, byte_level]}
-    assert Tokenizer.from_json(json.dumps(data)).pre_tokenizer == "smollm"
+    assert Tokenizer.from_json(json.dumps(data)).rules.regexes == (r"\p{N}", GPT2_REGEX)
     split = {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
              "invert": False}
     data["pre_tokenizer"] = {"type": "Sequence",
                              "pretokenizers": [split, dict(byte_level, use_regex=False)]}
-    assert PRE_TOKENIZERS[Tokenizer.from_json(json.dumps(data)).pre_tokenizer] == (LLAMA3_REGEX,)
-    for refused in ({"type": "Digits", "individual_digits": False},
-                    dict(split, pattern={"Regex": r"\p{L}+"}), dict(split, behavior="Removed")):
+    rules = Tokenizer.from_json(json.dumps(data)).rules
+    assert rules.regexes == (LLAMA3_REGEX,) and rules.engine == "tokenizers"
+    for refused in ({"type": "Whitespace"}, dict(split, pattern={"Regex": r"\p{Han}+"}),
+                    dict(split, behavior="Removed"), dict(split, invert=True)):
         data["pre_tokenizer"]["pretokenizers"][0] = refused
         with pytest.raises(ValueError, match="pre-tokenizer"):
             Tokenizer.from_json(json.dumps(data))
@@ -324,7 +340,7 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n
           "{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
-def tiny_tokenizer(pre_tokenizer="gpt2"):
+def tiny_tokenizer(pre_tokenizer="gpt-2"):
     """The 256 bytes, three merges ('ab', 'Ġab', '12') and one special token '<s>'."""
     vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
     vocab.update({"ab": 256, "\u0120ab": 257, "12": 258})
@@ -364,7 +380,7 @@ def test_from_gguf_reads_tokens_specials_and_config():
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id) == (1, 2, 2, 0)
     assert tok.eos_token_ids == (2,)
     assert tok.config == TokenizerConfig("<|im_start|>", "<|im_end|>", "<|im_end|>",
-                                         "<|endoftext|>", False, CHATML)
+                                         "<|endoftext|>", False, CHATML, False, "smollm")
     assert tok.add_bos_token is False and tok.chat_template == CHATML
 
 
@@ -377,7 +393,7 @@ def test_from_gguf_matches_control_and_user_defined_tokens_whole():
     assert tok.decode(ids) == text
     assert tok.decode(ids, skip_special_tokens=True) == "user ab<think>12<|im_end"
     # The GPT-2 split keeps "12" in one word, so its merge applies.
-    assert Tokenizer.from_gguf(tiny_gguf_metadata(pre="gpt2")).encode("12") == [262]
+    assert Tokenizer.from_gguf(tiny_gguf_metadata(pre="gpt-2")).encode("12") == [262]
 
 
 def test_from_gguf_add_bos_token():
@@ -388,12 +404,14 @@ def test_from_gguf_add_bos_token():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"pre": "deepseek-coder"}, "'deepseek-coder'"),
-    ({"model": "llama"}, "'llama'"),
+    ({"pre": "gpt2"}, "'gpt2'"),
+    ({"pre": "kimi-k2"}, "'kimi-k2'"),
     ({"model": "t5"}, "'t5'"),
     ({"eos_token_id": 999}, "eos_token_id: found integer 999"),
     ({"token_type": [1, 1]}, "token_type: found 2 values"),
-    ({"add_eos_token": True}, "add_eos_token"),
+    ({"token_type": "1 1"}, "token_type: found string"),
+    ({"add_bos_token": 1}, "add_bos_token: found integer 1, expected bool"),
+    ({"merges": ["ab"]}, r"merges\[0\]: found string 'ab'"),
 ])
 def test_from_gguf_refuses_what_it_cannot_read(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -405,7 +423,7 @@ def test_from_gguf_tokenizer_round_trips_through_json():
     again = Tokenizer.from_json(tok.to_json(), TokenizerConfig.from_json(tok.config.to_json()))
     text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
     assert again.encode(text) == tok.encode(text)
-    assert again.config == tok.config and again.pre_tokenizer == "smollm"
+    assert again.config == tok.config and again.rules == PRE_TOKENIZERS["smollm"]
     assert again.eos_token_ids == tok.eos_token_ids
 
 
@@ -449,7 +467,143 @@ def test_tokenizer_and_config_round_trip_through_the_weights_file(tmp_path):
     minillm.save(model, tmp_path / "m.npz")
     back = minillm.load(tmp_path / "m.npz").tokenizer
     assert back.config == model.tokenizer.config
-    assert back.pre_tokenizer == "smollm" and back.eos_token_ids == (2,)
+    assert back.rules == PRE_TOKENIZERS["smollm"] and back.eos_token_ids == (2,)
     text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
     assert back.encode(text, add_special_tokens=True) == model.tokenizer.encode(
         text, add_special_tokens=True)
+
+
+def test_generation_prompt_starts_with_bos_when_the_file_asks():
+    from types import SimpleNamespace
+
+    from minillm.cli.generate import prompt_ids
+
+    for add_bos, first in ((True, [1]), (False, [])):
+        tok = Tokenizer.from_gguf(tiny_gguf_metadata(add_bos_token=add_bos))
+        model = SimpleNamespace(tokenizer=tok, config=SimpleNamespace(vocab_size=len(tok)))
+        args = SimpleNamespace(text="ab", prompt=None, prompt_ids=None)
+        assert prompt_ids(args, model) == first + [260]
+
+
+def test_llama_cpp_defaults_when_the_gguf_file_is_silent():
+    metadata = tiny_gguf_metadata(pre="llama-bpe")
+    for key in ("add_bos_token", "bos_token_id", "eos_token_id", "padding_token_id",
+                "unknown_token_id"):
+        del metadata[f"tokenizer.ggml.{key}"]
+    tok = Tokenizer.from_gguf(metadata)
+    # Llama 3's rules add BOS; a BPE file's BOS and EOS default to id 11 (llama.cpp's).
+    assert tok.add_bos_token and not tok.add_eos_token
+    assert tok.bos_token_id == tok.eos_token_id == 11 and tok.unk_token_id is None
+    assert tok.encode("ab", add_special_tokens=True) == [11, 260]
+    del metadata["tokenizer.ggml.pre"]  # no name: llama.cpp's "default" rules, no BOS
+    assert not Tokenizer.from_gguf(metadata).add_bos_token
+    eos = Tokenizer.from_gguf(tiny_gguf_metadata(add_eos_token=True))
+    assert eos.encode("ab", add_special_tokens=True) == [260, 2]
+
+
+# ---------------------------------------------------------------------- SentencePiece
+
+def tiny_spm_metadata(**changes):
+    """A SentencePiece vocabulary in GGUF form: <unk>, <s>, </s>, the 256 byte tokens, then
+    pieces with scores (higher merges first)."""
+    pieces = {"\u2581": -1.0, "a": -2.0, "b": -2.5, "c": -3.0, "\u2581a": -1.5, "ab": -0.5,
+              "\u2581ab": -0.2, "abc": -0.1, "\u2581\u2581": -4.0}
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(pieces)
+    metadata = {
+        "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * 259 + list(pieces.values()),
+        "tokenizer.ggml.token_type": [2, 3, 3] + [6] * 256 + [1] * len(pieces),
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0}
+    metadata.update({f"tokenizer.ggml.{k}": v for k, v in changes.items()})
+    return metadata
+
+
+@pytest.fixture(scope="module")
+def spm():
+    return Tokenizer.from_gguf(tiny_spm_metadata())
+
+
+def piece(tok, text):
+    return tok.token_to_id(text)
+
+
+def test_sentencepiece_merges_by_score_with_space_prefix_and_byte_fallback(spm):
+    # "▁abc": ab (-0.5) joins before ▁a (-1.5); then abc (-0.1) beats ▁ab (-0.2).
+    assert spm.encode("abc") == [piece(spm, "\u2581"), piece(spm, "abc")]
+    assert spm.encode("abb") == [piece(spm, "\u2581ab"), piece(spm, "b")]
+    assert spm.encode("ab", add_special_tokens=True) == [1, piece(spm, "\u2581ab")]
+    # A character that is no piece becomes its UTF-8 bytes.
+    assert spm.encode("\u00e9") == [piece(spm, "\u2581"), 3 + 0xC3, 3 + 0xA9]
+    # Every piece after an added token gets its own prefix, as in llama.cpp.
+    assert spm.encode("a</s>a") == [piece(spm, "\u2581a"), 2, piece(spm, "\u2581a")]
+    assert spm.decode(spm.encode(" a b")) == " a b"  # one space of the prefix dropped
+    no_prefix = Tokenizer.from_gguf(tiny_spm_metadata(add_space_prefix=False))
+    assert no_prefix.encode("ab") == [piece(spm, "ab")] and no_prefix.decode([3 + 32]) == " "
+
+
+spm_texts = st.text(alphabet=st.sampled_from(list("abc \u00e9\u4e2d\U0001f600\n")), max_size=20)
+
+
+@SETTINGS
+@given(spm_texts)
+def test_sentencepiece_round_trip_and_stream(spm, text):
+    ids = spm.encode(text)
+    assert spm.decode(ids) == text
+    decoder = spm.stream_decoder()
+    assert "".join(decoder.push(i) for i in ids) + decoder.flush() == text
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 267), max_size=12))
+def test_sentencepiece_stream_equals_decode_for_any_ids(spm, ids):
+    # Byte tokens may cut a character anywhere; the stream holds it back until it is whole.
+    decoder = spm.stream_decoder()
+    assert "".join(decoder.push(i) for i in ids) + decoder.flush() == spm.decode(ids)
+
+
+@SETTINGS
+@given(spm_texts)
+def test_sentencepiece_tokenizer_json_reads_back_the_same(spm, text):
+    again = Tokenizer.from_json(spm.to_json(), spm.config)
+    assert again.sentencepiece.scores is None  # merged by rank now
+    assert again.encode(text, add_special_tokens=True) == spm.encode(text, add_special_tokens=True)
+
+
+def naive_merge(symbols, priority):
+    """The definition: join the best pair (leftmost among equals) until none has a priority."""
+    symbols = list(symbols)
+    while True:
+        keys = [(priority(a, b), i) for i, (a, b) in enumerate(zip(symbols, symbols[1:]))
+                if priority(a, b) is not None]
+        if not keys:
+            return symbols
+        _, i = min(keys)
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+
+
+@SETTINGS
+@given(st.text(alphabet="abc", max_size=16),
+       st.dictionaries(st.text(alphabet="abc", min_size=2, max_size=4), st.integers(0, 5)))
+def test_merge_by_priority_is_the_definition(text, scores):
+    from minillm.sentencepiece import merge_by_priority
+
+    def priority(left, right):
+        return scores.get(left + right)
+    assert merge_by_priority(text, priority) == naive_merge(text, priority)
+
+
+@SETTINGS
+@given(st.text(alphabet="ab\u2581<0x>", max_size=24),
+       st.dictionaries(st.text(alphabet="ab\u2581", min_size=1, max_size=4),
+                       st.floats(-5, 0, allow_nan=False), min_size=1))
+def test_merging_in_independent_parts_is_merging_the_whole(text, scored):
+    from minillm.sentencepiece import (by_score, independent_parts, joinable_pairs,
+                                       merge_by_priority)
+
+    vocab = {token: i for i, token in enumerate(scored)}
+    priority = by_score(vocab, list(scored.values()))
+    parts = independent_parts(text, joinable_pairs(vocab))
+    assert "".join(parts) == text
+    assert [p for part in parts for p in merge_by_priority(part, priority)] == (
+        merge_by_priority(text, priority))

@@ -42,11 +42,12 @@ def main(argv=None) -> int:
     plain, spec, rounds, draft_calls = [], [], 0, 0
     for _ in range(args.repeats + 1):  # the first of each is a warm-up
         start = time.perf_counter()
-        minillm.generate(target, prompt, args.tokens, temperature=0)
+        minillm.generate(target, prompt, max_new_tokens=args.tokens, temperature=0)
         plain.append(time.perf_counter() - start)
         totals.clear()  # count the speculative run only
         start = time.perf_counter()
-        _, stats = minillm.speculative_generate(target, draft, prompt, args.tokens, k=args.k,
+        _, stats = minillm.speculative_generate(target, draft, prompt, max_new_tokens=args.tokens,
+                                                k=args.k,
                                                 temperature=0)
         spec.append((time.perf_counter() - start, {k: s for k, (s, _) in totals.items()}))
         rounds, draft_calls = stats.target_calls, stats.draft_calls

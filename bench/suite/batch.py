@@ -18,8 +18,10 @@ def run(ctx):
     net, hf_net = C.torch_loop(ctx, size), C.transformers(ctx, size)
     found = {
         "minillm f32": lambda n: [row[P:] for row in
-                                  minillm.generate(model, prompts, n, temperature=0)],
-        "minillm uncached": lambda n: minillm.generate(model, prompts, n, temperature=0,
+                                  minillm.generate(model, prompts, max_new_tokens=n,
+                                                   temperature=0)],
+        "minillm uncached": lambda n: minillm.generate(model, prompts, max_new_tokens=n,
+                                                       temperature=0,
                                                        use_cache=False),
         "PyTorch loop": net if isinstance(net, Missing) else (
             lambda n: torch_loop.generate(net, prompts, n)),

@@ -21,8 +21,9 @@ def run(ctx):
     prompt = C.prompts(model.config, 1, s.prompt)[0]
     outputs = {}
     contenders = {
-        "minillm f32": lambda n: minillm.generate(model, prompt, n, temperature=0),
-        "minillm uncached": lambda n: minillm.generate(model, prompt, n, temperature=0,
+        "minillm f32": lambda n: minillm.generate(model, prompt, max_new_tokens=n, temperature=0),
+        "minillm uncached": lambda n: minillm.generate(model, prompt, max_new_tokens=n,
+                                                       temperature=0,
                                                        use_cache=False),
     }
     contenders = {name: C.recorded(outputs, name, fn) for name, fn in contenders.items()}

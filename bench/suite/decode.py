@@ -22,8 +22,8 @@ def tokens_for(s, size) -> int:
 def decoders(ctx, size, prompt, outputs) -> dict:
     """{name: fn(n)} generating n greedy tokens after `prompt` (1, T), keeping the tokens."""
     model = C.model(ctx, size)
-    found = {"minillm f32": lambda n: minillm.generate(model, prompt[0], n, temperature=0)[
-        prompt.shape[1]:]}
+    found = {"minillm f32": lambda n: minillm.generate(
+        model, prompt[0], max_new_tokens=n, temperature=0)[prompt.shape[1]:]}
     net = C.torch_loop(ctx, size)
     found["PyTorch loop"] = net if isinstance(net, Missing) else (
         lambda n: torch_loop.generate(net, prompt, n)[0])

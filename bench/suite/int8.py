@@ -28,9 +28,10 @@ def run(ctx):
         n = (s.slow_decode_tokens or {}).get(size, s.decode_tokens)
         prompt = C.prompts(cfg, 1, s.prompt)[0]
         contenders = {
-            "minillm f32": lambda n: minillm.generate(f32, prompt, n, temperature=0),
+            "minillm f32": lambda n: minillm.generate(f32, prompt, max_new_tokens=n,
+                                                      temperature=0),
             "minillm int8": q8 if isinstance(q8, Missing) else (
-                lambda n: minillm.generate(q8, prompt, n, temperature=0)),
+                lambda n: minillm.generate(q8, prompt, max_new_tokens=n, temperature=0)),
         }
         seconds = measure(contenders, s.repeats, n, s.warm)
         out += rows("int8", f"{size}, decode {n} tokens", contenders, seconds, "tokens/s", n)

@@ -52,13 +52,14 @@ def compare(target, drafters: dict, prompt, n, temperature, stops, repeats, warm
     texts, stats = {}, {}
 
     def plain(m):
-        texts["minillm f32"] = minillm.generate(target, prompt, m, temperature=temperature,
+        texts["minillm f32"] = minillm.generate(target, prompt, max_new_tokens=m,
+                                                temperature=temperature,
                                                 seed=0, stop_tokens=stops)
 
     def speculative(name, drafter, k):
         def fn(m):
             texts[name], stats[name] = minillm.speculative_generate(
-                target, drafter, prompt, m, k=k, temperature=temperature, seed=0,
+                target, drafter, prompt, max_new_tokens=m, k=k, temperature=temperature, seed=0,
                 stop_tokens=stops)
         return fn
     contenders = {"minillm f32": plain}

@@ -84,11 +84,13 @@ def run(ctx):
         def speculative(drafter, name):
             def fn(n):
                 texts[name], stats[name] = minillm.speculative_generate(
-                    target, drafter, prompt, n, k=K, temperature=temperature, seed=0)
+                    target, drafter, prompt, max_new_tokens=n, k=K, temperature=temperature,
+                    seed=0)
             return fn
 
         def plain(n):
-            texts["minillm f32"] = minillm.generate(target, prompt, n, temperature=temperature,
+            texts["minillm f32"] = minillm.generate(target, prompt, max_new_tokens=n,
+                                                    temperature=temperature,
                                                     seed=0)
         contenders = {"minillm f32": plain, "speculative, draft model": speculative(
             draft, "speculative, draft model"), "speculative, ngram": speculative(
@@ -147,18 +149,20 @@ def seed_row(target, drafter, name, prompts, args, temperature) -> str:
         times = {"plain": [], "speculative": []}
         for _ in range(args.repeats):
             start = time.perf_counter()
-            plain = minillm.generate(target, prompt, args.tokens, temperature=temperature,
+            plain = minillm.generate(target, prompt, max_new_tokens=args.tokens,
+                                     temperature=temperature,
                                      seed=seed)
             times["plain"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            out, stats = minillm.speculative_generate(target, drafter, prompt, args.tokens,
+            out, stats = minillm.speculative_generate(target, drafter, prompt,
+                                                      max_new_tokens=args.tokens,
                                                       k=args.k, temperature=temperature,
                                                       seed=seed)
             times["speculative"].append(time.perf_counter() - start)
         plain_s += min(times["plain"])
         spec_s += min(times["speculative"])
         same &= out == plain
-        kept, proposed = kept + stats.accepted, proposed + stats.proposed
+        kept, proposed = kept + stats.accepted, proposed + stats.guesses
         passes, made = passes + stats.target_calls, made + stats.new_tokens
     mode = "greedy" if temperature == 0 else f"sampling, T = {temperature}"
     same_text = ("yes" if same else "NO") if temperature == 0 else "n/a (sampled)"

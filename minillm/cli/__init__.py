@@ -12,8 +12,7 @@ import sys
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
 from . import desk
-from .threads import blas_threads
-from .usage import UsageError
+from .common import UsageError, blas_threads
 
 COMMANDS = {
     "inspect": inspect,

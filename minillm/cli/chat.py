@@ -1,31 +1,28 @@
-"""Chat with a model whose tokenizer carries a ChatML chat template (SmolLM2, Qwen2, ...).
+"""Chat with a model whose tokenizer carries a chat template (any, with jinja2; ChatML without).
 
     minillm fetch smollm2-135m-instruct
-    minillm chat --model_path ~/.cache/minillm/smollm2-135m-instruct.npz
+    minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
     minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
 
 Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat. Each
 turn renders the whole conversation with the model's template, keeps the part of the KV cache
 that the new prompt still begins with, reads only the rest, and streams the reply until an end
-token (every end token the tokenizer names, <|im_end|> included) or --max_new_tokens.
+token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id|>,
+<end_of_turn>, ...) or --max_new_tokens. The prompt starts with BOS when the tokenizer asks.
 """
 from __future__ import annotations
 
 import sys
 import time
 
-from .generate import add_knob_arguments, load_model, sampling_knobs
-from .usage import UsageError
+from .common import UsageError, add_knob_arguments, add_model_argument, knobs_of, load_model
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model_path", required=True, help="a minillm .npz chat model")
+    add_model_argument(parser, required=True)
     parser.add_argument("--system", default=None, metavar="TEXT",
                         help="a system message (default: the template's own, if it has one)")
-    add_knob_arguments(parser, temperature=0.7)
-    parser.add_argument("--max_new_tokens", type=int, default=512, metavar="N",
-                        help="longest reply, in tokens (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="same seed, same replies")
+    add_knob_arguments(parser)  # --max_new_tokens: the longest reply
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load")
 
@@ -35,15 +32,14 @@ def run(args) -> int:
 
     from ..chat import chat_prompt_ids
     from ..conversation import Conversation, common_prefix_length, respond
-    from ..generate import generation_config
+    from ..request import generation_config
 
     model = load_model(args.model_path, int8=args.int8)
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot chat")
     stops = list(tokenizer.eos_token_ids)
-    config = generation_config(model.config.vocab_size, args.max_new_tokens,
-                               **sampling_knobs(args), seed=args.seed, stop_tokens=stops)
+    config = generation_config(None, model, **knobs_of(args), stop_tokens=stops)
     messages = [] if args.system is None else [{"role": "system", "content": args.system}]
     chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": ""}])  # template check
     conversation = Conversation(model)

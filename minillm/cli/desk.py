@@ -12,8 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .generate import DEFAULT_MODEL, load_model
-from .usage import UsageError
+from .common import DEFAULT_MODEL, UsageError, load_model
 
 DEFAULT_DRAFT = DEFAULT_MODEL.parent / "draft.npz"
 

@@ -13,14 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-from .usage import UsageError
+from .common import UsageError, add_model_argument
 
 DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "weights" / "web_valid.txt"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model_path", default=None,
-                        help="a minillm .npz model with a tokenizer (default: weights/target.npz)")
+    add_model_argument(parser, required=False)
     parser.add_argument("--text", default=None, metavar="FILE",
                         help="a UTF-8 text file (default: weights/web_valid.txt, held out)")
     parser.add_argument("--int8", action="store_true",
@@ -33,7 +32,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from ..evaluate import bits_per_byte, evaluate
-    from .generate import load_model
+    from .common import load_model
 
     model = load_model(args.model_path, int8=args.int8)
     if model.tokenizer is None:

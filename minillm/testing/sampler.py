@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from ..sampling import SamplingConfig, min_p_mask, probabilities, top_k_mask, top_p_mask
+from ..sampling import SamplingConfig, filtered_probs, min_p_mask, top_k_mask, top_p_mask
 from .settings import SHRINK_SECONDS, run_property
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
@@ -52,7 +52,7 @@ def probabilities_in_order(z, knobs: SamplingConfig, order=MINILLM_ORDER) -> np.
     with the temperature at its place in `order`: the filters before it see softmax(z), those
     after it softmax(z / T); the result is softmax(z / T) over the tokens kept. (B, V) -> (B, V)."""
     if tuple(order) == MINILLM_ORDER or knobs.greedy:
-        return probabilities(z, knobs)  # greedy: the argmax survives every filter, any order
+        return filtered_probs(z, knobs)  # greedy: the argmax survives every filter, any order
     if sorted(order) != sorted(MINILLM_ORDER):
         raise ValueError(f"order: a permutation of {MINILLM_ORDER}, got {tuple(order)}")
     z = np.asarray(z, dtype=np.float64)
@@ -177,10 +177,10 @@ def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int 
                 seed: int = 2024) -> dict:
     """sample(logits (draws, V), rng) -> (draws,) token ids, one per row, with the engine's
     sampler set to `knobs`; every row is the same logits (V,), so every draw comes from
-    probabilities(logits, knobs, history). rng is numpy.random.default_rng(seed).
+    filtered_probs(logits, knobs, history). rng is numpy.random.default_rng(seed).
     history: the one text the repetition penalty looks at (a list of ids), if it is on.
     Returns assert_draws_follow's {statistic, df, critical, false_alarm}."""
     logits = np.asarray(logits, dtype=np.float64)
-    probs = probabilities(logits, knobs, None if history is None else [list(history)])
+    probs = filtered_probs(logits, knobs, None if history is None else [list(history)])
     tokens = sample(np.tile(logits, (draws, 1)), np.random.default_rng(seed))
     return assert_draws_follow(tokens, probs)

@@ -20,7 +20,7 @@ import itertools
 
 import numpy as np
 
-from ..sampling import SamplingConfig, probabilities
+from ..sampling import SamplingConfig, filtered_probs
 from .engine import logits_of
 from .stats import FALSE_ALARM, chi_square, chi_square_critical, smallest_detectable_tv
 
@@ -47,7 +47,7 @@ def exact_sequence_distribution(engine, prompt, n: int, **knobs) -> np.ndarray:
     prob = np.ones(V ** n)
     for t in range(n):
         history = [list(row[:P + t]) for row in texts] if config.penalises else None
-        p = probabilities(logits[:, P - 1 + t], config, history)  # (V^n, V): after P + t tokens
+        p = filtered_probs(logits[:, P - 1 + t], config, history)  # (V^n, V): after P + t tokens
         prob *= p[np.arange(V ** n), texts[:, P + t]]
     return prob.reshape((V,) * n)
 

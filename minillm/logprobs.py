@@ -1,0 +1,99 @@
+"""Log-probabilities of generated tokens, read off the loop for free.
+
+Each new token is scored with the distribution it was drawn from, so the scores cost no
+forward pass: ln p(token) under the distribution after every knob, and ln softmax(z)[token]
+under the model's own logits z at temperature 1. A prompt's tokens are scored by one uncached
+pass over its first window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .decode import decode_steps
+from .layers import log_softmax
+from .window import first_window
+
+
+@dataclass
+class Rollout:
+    """One row of a generation, with the log-probability of every new token (natural log).
+
+    tokens: prompt + new tokens, what generate returns without return_logprobs.
+    logprobs[i]: ln p(new token i) under the distribution it was drawn from, every knob
+        applied: penalty, temperature, top-k, top-p, min-p (0.0 at temperature 0, one-hot).
+    raw_logprobs[i]: ln softmax(z)[token] for the model's own logits z, temperature 1, no knob.
+    prompt_logprobs (when asked): per prompt token, ln softmax(z)[token] for the logits z of
+        the visible prompt before it; None for the first token the model sees, and for the
+        tokens cut from the left of a prompt longer than the window.
+    Each is what a fresh forward pass over the same view of the text gives.
+    """
+
+    tokens: list[int]
+    logprobs: list[float]
+    raw_logprobs: list[float]
+    prompt_logprobs: list[float | None] | None = None
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.tokens[len(self.tokens) - len(self.logprobs):]
+
+
+class ScoredToken(NamedTuple):
+    """A new token with its two log-probabilities (see Rollout)."""
+
+    token: int
+    logprob: float
+    raw_logprob: float
+
+
+def rollouts(model, prompts, config, rng, use_cache=True,
+             prompt_logprobs=False) -> list[Rollout]:
+    """Generate as the decode loop does, with a Rollout per row."""
+    out = [Rollout(list(map(int, p)), [], []) for p in prompts]
+    for step in scored_steps(model, prompts, config, rng, use_cache):
+        for r, scored in step.items():
+            out[r].tokens.append(scored.token)
+            out[r].logprobs.append(scored.logprob)
+            out[r].raw_logprobs.append(scored.raw_logprob)
+    if prompt_logprobs:
+        for rollout, scores in zip(out, score_prompts(model, prompts)):
+            rollout.prompt_logprobs = scores
+    return out
+
+
+def scored_steps(model, prompts, config, rng, use_cache=True):
+    """The decode loop's steps as {row: ScoredToken}: the same draws, so the same tokens as
+    without scores."""
+    for step in decode_steps(model, prompts, config, rng, use_cache):
+        rows = step.rows
+        yield dict(zip(map(int, rows), score(step.probs[rows], step.logits[rows],
+                                             step.tokens[rows])))
+
+
+def score(probs, logits, tokens) -> list[ScoredToken]:
+    """Each token (one per row) with ln p under `probs`, the distribution it was drawn from,
+    and ln softmax(logits) at temperature 1, no knob."""
+    picked = np.arange(len(tokens)), np.asarray(tokens)
+    logprobs = np.log(probs[picked])  # drawn: p > 0, finite
+    raw = log_softmax(logits)[picked]
+    return [ScoredToken(int(t), float(a), float(b)) for t, a, b in zip(tokens, logprobs, raw)]
+
+
+def score_prompts(model, prompts) -> list[list[float | None]]:
+    """ln p(token | the visible prompt before it), temperature 1, for every prompt token; None
+    where nothing precedes it in the first window. One uncached forward pass over that window:
+    the prefill of generation keeps the logits of the last position only."""
+    window = first_window(prompts, model.config.context_length)
+    tokens = window.tokens[:, :window.width]
+    logp = log_softmax(model.forward(np.maximum(tokens, 0), pad=window.pad))  # (B, width, V)
+    scores = []
+    for r, prompt in enumerate(prompts):
+        first = int(window.pad[r])  # the first column the model sees of this prompt
+        unseen = len(prompt) - (window.width - first)  # tokens cut from its left
+        # Column c predicts column c + 1.
+        seen = [float(logp[r, c, tokens[r, c + 1]]) for c in range(first, window.width - 1)]
+        scores.append([None] * (unseen + 1) + seen)
+    return scores

@@ -1,0 +1,133 @@
+"""The window: what the model sees of a text longer than its context, and how a cache follows.
+
+The model sees at most W = context_length tokens. When a text fills the window and one more
+token arrives, it keeps only its newest W // 2 tokens (at least one) and reads them again from
+scratch, positions restarting at 0: one extra prefill every W / 2 tokens, and positions never
+leave the range the model was trained on. The uncached path runs the model over exactly the
+same view of the text, so cached and uncached generation agree at every length.
+
+    view        = text[start:]                      what the model sees
+    slide       : start = len(text) - W // 2        when the view outgrows W
+    sync(view)  : keep the cache's longest common prefix with the view, read only the rest
+
+Batches. Rows of different lengths are right-aligned in one (B, W) buffer and padded on the
+left; the model masks the padding and counts each row's positions from its first real token.
+Each row slides on its own schedule, exactly when it would slide if generated alone. When the
+longest rows slide, every row moves left to make room (the padding shrinks), and only the
+sliding rows are read again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def kept_on_slide(W: int) -> int:
+    """How many of its newest tokens a text keeps when it outgrows the window: half of it."""
+    return max(1, W // 2)
+
+
+def view_start(length: int, start: int, W: int, room: int = 0) -> int:
+    """Where the view of a text of `length` tokens begins: at `start` while the view, plus
+    `room` tokens still to come, fits the window; else the newest kept_on_slide(W) tokens."""
+    if length - start + room <= W:
+        return start
+    return max(0, length - kept_on_slide(W))
+
+
+@dataclass
+class Window:
+    """The text each row currently sees, right-aligned: row r is tokens[r, pad[r]:width]."""
+
+    tokens: np.ndarray  # (B, W) token ids, -1 left of each row's text (and unused past width)
+    pad: np.ndarray  # (B,) number of padding columns before each row's text
+    width: int  # columns in use
+
+    def row(self, r: int) -> list[int]:
+        """Row r's visible text."""
+        return self.tokens[r, self.pad[r]:self.width].tolist()
+
+
+def first_window(prompts, W: int) -> Window:
+    """Each prompt's last W tokens (a longer prompt is cut from the left), right-aligned."""
+    B = len(prompts)
+    width = min(W, max(len(p) for p in prompts))
+    tokens = np.full((B, W), -1, dtype=np.int64)
+    pad = np.zeros(B, dtype=np.int64)
+    for r, p in enumerate(prompts):
+        seen = p[-W:]
+        pad[r] = width - len(seen)
+        tokens[r, pad[r]:width] = seen
+    return Window(tokens, pad, width)
+
+
+def append(window: Window, token, W: int):
+    """Add one token to every row; a row whose text already fills the window slides.
+
+    A sliding row keeps the newest kept_on_slide(W) tokens of its text (the new one included).
+    To make room, every row moves left by `shift` columns, the smallest move that frees a
+    column for the new token and keeps every other row's text whole.
+    Returns (shift, slid rows): (0, empty) when nothing had to move.
+    """
+    if window.width < W:
+        window.tokens[:, window.width] = token
+        window.width += 1
+        return 0, np.empty(0, dtype=np.int64)
+    keep = kept_on_slide(W)
+    slid = np.flatnonzero(window.pad == 0)  # rows whose text fills all W columns
+    others = window.pad > 0
+    width = max(keep, int((W + 1 - window.pad[others]).max()) if others.any() else 0)
+    shift = W + 1 - width  # >= 1, because every non-sliding row has padding
+    window.tokens[:, :W - shift] = window.tokens[:, shift:]  # NumPy copes with the overlap
+    window.tokens[:, width - 1] = token
+    window.pad[others] -= shift
+    window.pad[slid] = width - keep
+    window.tokens[slid, :width - keep] = -1  # the sliding rows forget their older tokens
+    window.width = width
+    return shift, slid
+
+
+def read_slid(model, window: Window, token, cache, shift: int, slid):
+    """The cached step after a slide (append returned shift > 0): (B, V) next logits.
+
+    Every row's text moved left by `shift` columns: so do its keys and values. The rows that
+    did not slide read the new token as usual; the sliding rows read their kept tokens again
+    from scratch, positions from 0, and their keys and values replace the old ones.
+    """
+    cache.shift(shift)
+    cache.pad = window.pad.copy() if window.pad.any() else None
+    if len(slid) < len(token):
+        logits = model.forward(token[:, None], cache)[:, -1]  # (B, V)
+    else:
+        cache.advance(1)  # its keys and values are written by the re-read below
+    keep = window.width - int(window.pad[slid[0]])
+    fresh = model.new_cache(len(slid), capacity=keep)
+    reread = model.forward(window.tokens[slid, window.width - keep:window.width], fresh,
+                           last=1)[:, -1]
+    cache.fill_rows(slid, fresh, start=window.width - keep)
+    if len(slid) == len(token):
+        return reread
+    logits[slid] = reread
+    return logits
+
+
+def sync(model, cache, cached: list, view):
+    """Bring the cache to `view` and return the next logits (1, V): keep the longest common
+    prefix of the cached tokens and the view, forget the rest, read only what is left (at
+    least the view's last token, whose logits come next). `cached` lists the tokens the cache
+    holds, from its position 0; on return it is the view."""
+    keep = min(common_prefix_length(cached, view), len(view) - 1)
+    cache.truncate(keep)  # keep <= len(cached) == cache.length
+    fresh = list(view[keep:])
+    logits = model.forward(np.array([fresh]), cache, last=1)[:, -1]
+    cached[keep:] = fresh
+    return logits
+
+
+def common_prefix_length(a, b) -> int:
+    """How many leading ids two sequences share."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):  # the usual case, settled in one comparison
+        return n
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)

