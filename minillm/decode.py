@@ -20,7 +20,7 @@ import numpy as np
 from .request import GenerationConfig
 from .sampling import choose, filtered_probs
 from .stopping import reached_stop, start_text
-from .window import Window, append, first_window, read_slid
+from .window import Window, append, first_window, read, read_slid
 
 
 @dataclass
@@ -47,9 +47,12 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
 
 
 def prefill(model, window: Window, cache):
-    """(B, V) logits of the last position of every row, after reading the whole window."""
+    """(B, V) logits of the last position of every row, after reading the whole window (in
+    chunks, window.read)."""
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
-    return model.forward(tokens, cache, pad=window.pad, last=1)[:, -1]
+    if cache is None:  # the uncached loop reads the window whole at every step anyway
+        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
+    return read(model, tokens, cache, pad=window.pad)
 
 
 def decode(model, window: Window, cache, logits, config: GenerationConfig, rng):
