@@ -96,12 +96,13 @@ def append(window: Window, token, W: int):
     return shift, slid
 
 
-def read_slid(model, window: Window, token, cache, shift: int, slid):
+def read_slid(model, window: Window, token, cache, shift: int, slid, progress=None):
     """The cached step after a slide (append returned shift > 0): (B, V) next logits.
 
     Every row's text moved left by `shift` columns: so do its keys and values. The rows that
     did not slide read the new token as usual; the sliding rows read their kept tokens again
     from scratch, positions from 0, and their keys and values replace the old ones.
+    progress: called as progress(tokens read, of how many) during that re-read (`read`).
     """
     cache.shift(shift)
     cache.pad = window.pad.copy() if window.pad.any() else None
@@ -111,7 +112,8 @@ def read_slid(model, window: Window, token, cache, shift: int, slid):
         cache.advance(1)  # its keys and values are written by the re-read below
     keep = window.width - int(window.pad[slid[0]])
     fresh = model.new_cache(len(slid), capacity=keep)
-    reread = read(model, window.tokens[slid, window.width - keep:window.width], fresh)
+    reread = read(model, window.tokens[slid, window.width - keep:window.width], fresh,
+                  progress=progress)
     cache.fill_rows(slid, fresh, start=window.width - keep)
     if len(slid) == len(token):
         return reread
@@ -140,13 +142,16 @@ def common_prefix_length(a, b) -> int:
     return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
 
 
-def read(model, tokens, cache, pad=None):
+def read(model, tokens, cache, pad=None, progress=None):
     """(B, V) logits of the last position after reading tokens (B, T) into `cache`, READ_CHUNK
     tokens per forward pass. pad: (B,) left padding of each row, given to an empty cache; the
-    cache keeps it for every chunk (a row's padding may be longer than the first chunk)."""
+    cache keeps it for every chunk (a row's padding may be longer than the first chunk).
+    progress: None, or called as progress(tokens read, T) after each chunk."""
     if pad is not None:
         cache.pad = pad.copy() if pad.any() else None
     cache.reserve(cache.length + tokens.shape[1])  # room for all of it at once
     for start in range(0, tokens.shape[1], READ_CHUNK):
         logits = model.forward(tokens[:, start:start + READ_CHUNK], cache, last=1)
+        if progress is not None:
+            progress(min(start + READ_CHUNK, tokens.shape[1]), tokens.shape[1])
     return logits[:, -1]
