@@ -242,11 +242,10 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
         y_t *= scale[:, None]
 
 
-
 # -- Causal attention that skips what the mask hides ------------------------------------------
 # Attention is computed a tile at a time: QUERY_ROWS queries of every head against at most
 # SCORE_ENTRIES scores (2 MiB in float32), keys in blocks, softmax running over the blocks
-# (docs/PERFORMANCE.md, "Tiled attention"; `python -m bench.studies.tiled_attention`).
+# (docs/PERFORMANCE.md, "Tiled attention and long texts"; bench.studies.tiled_attention).
 QUERY_ROWS = 64
 SCORE_ENTRIES = 2 ** 19
 
@@ -257,10 +256,11 @@ def causal_attention(q, k, v, mask=None):
 
     Causal: with S - T keys cached before the T queries, the mask hides from query t every key
     past S - T + t. A block of queries [t0, t1) is therefore scored against keys
-    [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken a block at a time with the
-    running ("online") softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022):
-    with m the running maximum of a query's scores, l its running sum of exp(s - m) and a its
-    running sum of exp(s - m) v, a block of scores s_J moves them to
+    [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken
+    a block at a time with the running ("online") softmax (Milakov & Gimelshein 2018;
+    FlashAttention, Dao et al. 2022): with m the running maximum of a query's scores, l its
+    running sum of exp(s - m) and a its running sum of exp(s - m) v, a block of scores s_J
+    moves them to
 
         m' = max(m, max_J s_j),   c = exp(m - m'),
         l' = c l + sum_J exp(s_j - m'),   a' = c a + sum_J exp(s_j - m') v_j,

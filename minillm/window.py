@@ -149,7 +149,6 @@ def read(model, tokens, cache, pad=None, progress=None):
     progress: None, or called as progress(tokens read, T) after each chunk."""
     if pad is not None:
         cache.pad = pad.copy() if pad.any() else None
-    cache.reserve(cache.length + tokens.shape[1])  # room for all of it at once
     for start in range(0, tokens.shape[1], READ_CHUNK):
         logits = model.forward(tokens[:, start:start + READ_CHUNK], cache, last=1)
         if progress is not None:
