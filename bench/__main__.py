@@ -19,7 +19,7 @@ WORKLOADS = {"decode": decode.run, "cache": cache.run, "batch": batch.run,
              "real-passes": real_passes.run, "real-speculative": real_speculative.run,
              "real-batch": real_batch.run, "real-long": real_long.run}
 REAL = [name for name in WORKLOADS if name.startswith("real-") and name != "real-long"]
-# --only real: those four; real-long (long contexts, ~15 minutes) only by name or in a full run
+# --only real: those four; real-long (long contexts, up to 45 minutes) only by name or in a full run
 
 
 def parse(argv):

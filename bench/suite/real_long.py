@@ -2,7 +2,7 @@
 SmolLM2-135M-Instruct, batch 1, greedy: minillm float32, transformers on the same weights and
 llama.cpp on the original Q4_1 file, each in a process of its own, with its peak memory.
 
-    python -m bench --only real-long                    # about 15 minutes on 2 cores
+    python -m bench --only real-long                    # 45 minutes on a busy 2-core machine
     python -m bench --quick --only real-long            # 256 and 512 tokens: a check that runs
 
 One thread whatever --threads says. The prompts are random token ids (seeded), as long as the
