@@ -21,7 +21,7 @@ import numpy as np
 from .request import GenerationConfig
 from .sampling import SamplingConfig, choose, filtered_probs
 from .stopping import reached_stop, start_text
-from .window import Window, append, first_window, read_slid
+from .window import Window, append, first_window, read, read_slid
 
 
 @dataclass
@@ -42,24 +42,29 @@ class Step:
         return filtered_probs(self.logits, self.knobs, self.seen)
 
 
-def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True):
-    """Yield a Step for every token drawn after the prompts: prefill, then decode."""
+def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, progress=None):
+    """Yield a Step for every token drawn after the prompts: prefill, then decode.
+    progress: None, or called as progress(tokens read, of how many) while a long text is read
+    (the prompts, the window after a slide; window.read)."""
     window = first_window(prompts, model.config.context_length)
     cache = None
     if use_cache:  # only as long as this generation can fill
         capacity = min(model.config.context_length, window.width + config.max_new_tokens)
         cache = model.new_cache(len(prompts), capacity)
-    logits = prefill(model, window, cache)
-    return decode(model, window, cache, logits, config, rng)
+    logits = prefill(model, window, cache, progress)
+    return decode(model, window, cache, logits, config, rng, progress)
 
 
-def prefill(model, window: Window, cache):
-    """(B, V) logits of the last position of every row, after reading the whole window."""
+def prefill(model, window: Window, cache, progress=None):
+    """(B, V) logits of the last position of every row, after reading the whole window (in
+    chunks, window.read)."""
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
-    return model.forward(tokens, cache, pad=window.pad, last=1)[:, -1]
+    if cache is None:  # the uncached loop reads the window whole at every step anyway
+        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
+    return read(model, tokens, cache, pad=window.pad, progress=progress)
 
 
-def decode(model, window: Window, cache, logits, config: GenerationConfig, rng):
+def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):
     """Yield a Step per token: sample from `logits`, stop, append, read; the cache (None: the
     uncached loop) holds the window's text but its last token, whose logits are `logits`."""
     texts = None  # each row's new text, decoded, when stop strings are watched for
@@ -75,7 +80,7 @@ def decode(model, window: Window, cache, logits, config: GenerationConfig, rng):
         yield step
         if not running.any() or n == config.max_new_tokens - 1:
             return
-        logits = decode_one(model, window, step.tokens, cache)
+        logits = decode_one(model, window, step.tokens, cache, progress)
 
 
 def next_tokens(model, step: Step, rng) -> np.ndarray:
@@ -102,7 +107,7 @@ def ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:
     return ends
 
 
-def decode_one(model, window: Window, token, cache):
+def decode_one(model, window: Window, token, cache, progress=None):
     """(B, V) next logits after adding one token to every row, sliding the window if full."""
     shift, slid = append(window, token, model.config.context_length)
     if cache is None:  # the textbook loop: the whole visible text, every step
@@ -110,4 +115,4 @@ def decode_one(model, window: Window, token, cache):
         return model.forward(tokens, pad=window.pad, last=1)[:, -1]
     if shift == 0:
         return model.forward(token[:, None], cache)[:, -1]
-    return read_slid(model, window, token, cache, shift, slid)
+    return read_slid(model, window, token, cache, shift, slid, progress)

@@ -17,6 +17,7 @@ equal; docs/PERFORMANCE.md holds the measurements behind every device
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -86,6 +87,11 @@ class FastModel(Model):
         if knobs.greedy and not knobs.penalises and np.isfinite(step.logits).all():
             return step.logits.argmax(axis=-1)
         return choose(step.probs, knobs, rng)
+
+    def attend(self, q, k, v, mask, scale=None):
+        """The same attention a tile at a time, the causal mask's hidden half never computed
+        (`causal_attention`)."""
+        return causal_attention(q, k, v, mask, scale)
 
 
 def prepare(params: dict, tie_embeddings: bool) -> dict:
@@ -253,3 +259,82 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
             np.matmul(block, x.T, out=y_t[r0:r1])
     if per_row:
         y_t *= scale[:, None]
+
+
+# -- Causal attention that skips what the mask hides ------------------------------------------
+# Attention is computed a tile at a time: QUERY_ROWS queries of every head against at most
+# SCORE_ENTRIES scores (2 MiB in float32), keys in blocks, softmax running over the blocks
+# (docs/PERFORMANCE.md, "Tiled attention and long texts"; bench.studies.tiled_attention).
+QUERY_ROWS = 64
+SCORE_ENTRIES = 2 ** 19
+
+
+def causal_attention(q, k, v, mask=None, scale=None):
+    """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` for the causal
+    masks a forward pass builds (`masks.positions_and_mask`), computed a tile at a time.
+
+    Causal: with S - T keys cached before the T queries, the mask hides from query t every key
+    past S - T + t. A block of queries [t0, t1) is therefore scored against keys
+    [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken
+    a block at a time with the running ("online") softmax (Milakov & Gimelshein 2018;
+    FlashAttention, Dao et al. 2022): with m the running maximum of a query's scores, l its
+    running sum of exp(s - m) and a its running sum of exp(s - m) v, a block of scores s_J
+    moves them to
+
+        m' = max(m, max_J s_j),   c = exp(m - m'),
+        l' = c l + sum_J exp(s_j - m'),   a' = c a + sum_J exp(s_j - m') v_j,
+
+    and the output is a / l once every block is in: the same softmax, its sums split in parts.
+    Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
+    Extra memory: one tile of scores, at most max(SCORE_ENTRIES, B H QUERY_ROWS^2) entries,
+    whatever T and S; keys and values are read in place (views of the cache, no copy).
+
+    q: (B, H, T, d); k, v: (B, K, S, d) with K dividing H, S >= T; mask: None (every key
+    visible, nothing skipped) or causal booleans broadcastable to (B, 1, 1, T, S), True where
+    a key is visible.
+    Returns (B, H, T, d).
+    """
+    B, H, T, d = q.shape
+    K, S = k.shape[1], k.shape[2]
+    group = H // K
+    rows = min(T, QUERY_ROWS)  # queries per block
+    step = max(rows, SCORE_ENTRIES // (B * H * rows))  # keys per block
+    q = q.reshape(B, K, group, T, d)  # the query heads that share a key head side by side
+    out = np.empty((B, K, group, T, d), dtype=np.result_type(q, k, v))
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    for t0 in range(0, T, rows):
+        t1 = min(t0 + rows, T)
+        n = t1 - t0  # the block's queries, and the keys they may see:
+        seen = S if mask is None else S - T + t1
+        qb = (q[:, :, :, t0:t1] * scale).reshape(B, K, group * n, d)
+        m = total = acc = None
+        for j0 in range(0, seen, step):
+            j1 = min(j0 + step, seen)
+            scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)  # (B, K, group*n, j1 - j0)
+            if mask is not None:
+                visible = np.asarray(mask)[..., t0:t1, j0:j1]  # (n, J) or (B, 1, 1, n, J)
+                if not visible.all():
+                    np.copyto(scores.reshape(B, K, group, n, j1 - j0), -np.inf,
+                              where=~visible)
+            m, total, acc = _running_softmax(scores, v[:, :, j0:j1], m, total, acc)
+        out[:, :, :, t0:t1] = (acc / total).reshape(B, K, group, n, d)
+    return out.reshape(B, H, T, d)
+
+
+def _running_softmax(scores, v, m, total, acc):
+    """One block of keys into the running softmax: (m', l', a') from (m, l, a), None at the
+    first block. scores (B, K, R, J) is overwritten; v (B, K, J, d)."""
+    m_new = scores.max(axis=-1, keepdims=True)  # (B, K, R, 1)
+    if m is not None:
+        m_new = np.maximum(m, m_new)
+    # A query that sees no key of the blocks so far has m' = -inf: shift it by 0 instead, so
+    # that its exp(-inf - shift) stays 0 rather than NaN.
+    shift = np.where(m_new == -np.inf, 0.0, m_new).astype(scores.dtype, copy=False)
+    scores -= shift
+    np.exp(scores, out=scores)
+    block_total = scores.sum(axis=-1, keepdims=True)
+    block_acc = scores @ v  # (B, K, R, d)
+    if m is None:
+        return m_new, block_total, block_acc
+    c = np.exp(m - shift)
+    return m_new, c * total + block_total, c * acc + block_acc

@@ -37,19 +37,21 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
 
 
 def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_logprobs=False,
-           **knobs):
+           progress=None, **knobs):
     """An iterator over the new tokens as they are generated (the arguments of generate).
 
     One prompt: yields each new token (an int). A batch: yields, per step, a dict
     {row: token} of the rows still running. Arguments are checked here, before the first token.
     return_logprobs: a ScoredToken (token, logprob, raw_logprob) in place of each token.
+    progress: None, or called as progress(tokens read, of how many) while the cached loop reads
+    a long text: the prompt, and the window's kept half after each slide.
     """
     prompts, config, rng = _request(model, prompt_ids, config, rng, knobs)
     if return_logprobs:
         steps = scored_steps(model, prompts, config, rng, use_cache)
     else:
         steps = ({int(r): int(step.tokens[r]) for r in step.rows}
-                 for step in decode_steps(model, prompts, config, rng, use_cache))
+                 for step in decode_steps(model, prompts, config, rng, use_cache, progress))
     if is_batch(prompt_ids):
         return steps
     return (step[0] for step in steps)

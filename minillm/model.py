@@ -170,9 +170,14 @@ class Model:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
         first, mask = seen  # a local layer reads only the keys of its window
         scale = None if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar ** -0.5
-        out = attention(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
+        out = self.attend(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
+
+    def attend(self, q, k, v, mask, scale=None):
+        """Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given:
+        `layers.attention`. A subclass may compute the same another way."""
+        return attention(q, k, v, mask, scale)
 
     def _mlp(self, h, name):
         cfg, w = self.config, self.params

@@ -9,6 +9,9 @@ same view of the text, so cached and uncached generation agree at every length.
     view        = text[start:]                      what the model sees
     slide       : start = len(text) - W // 2        when the view outgrows W
     sync(view)  : keep the cache's longest common prefix with the view, read only the rest
+    read(text)  : READ_CHUNK tokens per forward pass, the same cache and logits as one pass
+
+A slide therefore costs a prefill of the kept half, W // 2 tokens, whatever came before it.
 
 Batches. Rows of different lengths are right-aligned in one (B, W) buffer and padded on the
 left; the model masks the padding and counts each row's positions from its first real token.
@@ -21,6 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+# A long text is read READ_CHUNK tokens per forward pass: the attention scores a pass holds are
+# then at most READ_CHUNK x W per head, not T x W, and the result is that of one pass (the
+# cache gives every chunk the keys and values of the chunks before it).
+READ_CHUNK = 512
 
 
 def kept_on_slide(W: int) -> int:
@@ -88,12 +96,13 @@ def append(window: Window, token, W: int):
     return shift, slid
 
 
-def read_slid(model, window: Window, token, cache, shift: int, slid):
+def read_slid(model, window: Window, token, cache, shift: int, slid, progress=None):
     """The cached step after a slide (append returned shift > 0): (B, V) next logits.
 
     Every row's text moved left by `shift` columns: so do its keys and values. The rows that
     did not slide read the new token as usual; the sliding rows read their kept tokens again
     from scratch, positions from 0, and their keys and values replace the old ones.
+    progress: called as progress(tokens read, of how many) during that re-read (`read`).
     """
     cache.shift(shift)
     cache.pad = window.pad.copy() if window.pad.any() else None
@@ -103,8 +112,8 @@ def read_slid(model, window: Window, token, cache, shift: int, slid):
         cache.advance(1)  # its keys and values are written by the re-read below
     keep = window.width - int(window.pad[slid[0]])
     fresh = model.new_cache(len(slid), capacity=keep)
-    reread = model.forward(window.tokens[slid, window.width - keep:window.width], fresh,
-                           last=1)[:, -1]
+    reread = read(model, window.tokens[slid, window.width - keep:window.width], fresh,
+                  progress=progress)
     cache.fill_rows(slid, fresh, start=window.width - keep)
     if len(slid) == len(token):
         return reread
@@ -120,7 +129,7 @@ def sync(model, cache, cached: list, view):
     keep = min(common_prefix_length(cached, view), len(view) - 1)
     cache.truncate(keep)  # keep <= len(cached) == cache.length
     fresh = list(view[keep:])
-    logits = model.forward(np.array([fresh]), cache, last=1)[:, -1]
+    logits = read(model, np.array([fresh]), cache)
     cached[keep:] = fresh
     return logits
 
@@ -131,3 +140,17 @@ def common_prefix_length(a, b) -> int:
     if list(a[:n]) == list(b[:n]):  # the usual case, settled in one comparison
         return n
     return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+def read(model, tokens, cache, pad=None, progress=None):
+    """(B, V) logits of the last position after reading tokens (B, T) into `cache`, READ_CHUNK
+    tokens per forward pass. pad: (B,) left padding of each row, given to an empty cache; the
+    cache keeps it for every chunk (a row's padding may be longer than the first chunk).
+    progress: None, or called as progress(tokens read, T) after each chunk."""
+    if pad is not None:
+        cache.pad = pad.copy() if pad.any() else None
+    for start in range(0, tokens.shape[1], READ_CHUNK):
+        logits = model.forward(tokens[:, start:start + READ_CHUNK], cache, last=1)
+        if progress is not None:
+            progress(min(start + READ_CHUNK, tokens.shape[1]), tokens.shape[1])
+    return logits[:, -1]

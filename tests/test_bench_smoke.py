@@ -33,3 +33,17 @@ def test_without_the_real_model_its_tables_say_how_to_get_it(capsys, monkeypatch
     for title in ("R1. Real model", "R2. Real model", "R3. Real model", "R4. Real model"):
         assert title in printed
     assert printed.count("`minillm fetch smollm2-135m-instruct` writes both") == 4
+
+
+def test_long_context_table_without_the_real_model_says_how_to_get_it(capsys, monkeypatch,
+                                                                      tmp_path):
+    from bench.suite.real_long import cases
+
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))  # an empty cache folder
+    assert main(["--quick", "--only", "real-long"]) == 0
+    printed = capsys.readouterr().out
+    assert "R5. Real model, long contexts" in printed
+    assert printed.count("`minillm fetch smollm2-135m-instruct` writes both") == 1
+    # Every length once, the shortest first; a decode position is read once, with its tokens.
+    assert cases(quick=False) == [(256, 1), (512, 32), (1024, 1), (2048, 32), (4096, 32),
+                                  (8000, 32), (8192, 1)]

@@ -347,3 +347,35 @@ def test_every_sampling_knob_is_a_flag(files, capsys):
                            "1,2,3", *flags)
     expected = minillm.generate(minillm.load(files["ids"]), [1, 2, 3], **knobs)
     assert code == 0 and [int(t) for t in out.split()] == expected
+
+
+def test_a_long_read_shows_its_progress_and_wipes_it(capsys, monkeypatch):
+    """minillm generate on a terminal: each chunk of a long prompt's read redraws one stderr
+    line, wiped at the end; a short read shows nothing."""
+    from minillm.cli.generate import show_reading
+
+    monkeypatch.setattr("minillm.window.READ_CHUNK", 4)
+    for done in (4, 8, 10):
+        show_reading(done, 10)
+    show_reading(3, 3)
+    err = capsys.readouterr().err
+    assert err.startswith("\r[reading 4 / 10 tokens]\r[reading 8 / 10 tokens]\r")
+    assert err.endswith("\r") and "10 / 10" not in err and "3 / 3" not in err
+
+
+def test_the_stream_reports_the_prompt_and_slide_reads(monkeypatch):
+    """stream(progress=...) is called after each chunk of the prompt's read and of the
+    re-read of the window's kept half after a slide."""
+    import minillm
+    from minillm.generate import stream
+
+    monkeypatch.setattr("minillm.window.READ_CHUNK", 3)
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=32, context_length=8, d_model=16,
+                              n_layers=1, n_heads=2, d_ff=16)
+    model = minillm.random_model(cfg)
+    calls = []
+    list(stream(model, list(range(7)), max_new_tokens=3, temperature=0,
+                progress=lambda done, total: calls.append((done, total))))
+    # the prompt, 7 tokens in chunks of 3; the first new token fills the window (8), the
+    # second makes it slide: its kept half, 4 tokens, is read again
+    assert calls == [(3, 7), (6, 7), (7, 7), (3, 4), (4, 4)]

@@ -74,6 +74,33 @@ def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("fast", [False, True])
+@given(data=st.data())
+def test_reading_in_chunks_changes_nothing_across_slides_and_ragged_batches(fast, data):
+    """The loop reads prompts and slid windows window.READ_CHUNK tokens per forward pass.
+    With chunks of 1 to 4 tokens (ragged prompts up to W + 3 tokens, every row sliding at
+    least twice), every step's logits equal the uncached loop's, on the reference model and
+    on the fast one."""
+    cfg = data.draw(model_configs())
+    model = _model(cfg)
+    if fast:
+        model = minillm.fast.accelerate(model)
+    W = cfg.context_length
+    prompts = _prompts(data.draw, cfg, data.draw(st.integers(1, 3)), W + 3)
+    chunk = data.draw(st.integers(1, 4), label="READ_CHUNK")
+    n = 3 * W
+    logits, out = {}, {}
+    for use_cache in (True, False):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(sys.modules["minillm.window"], "READ_CHUNK", chunk)
+            logits[use_cache] = record_logits(m)
+            out[use_cache] = generate(model, prompts, max_new_tokens=n, temperature=0.0,
+                                      use_cache=use_cache)
+    assert out[True] == out[False]
+    for a, b in zip(logits[True], logits[False], strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 def test_the_window_slide_follows_the_seed_policy(arch):
     cfg = minillm.ModelConfig(arch=arch, vocab_size=30, context_length=9, d_model=12,

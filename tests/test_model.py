@@ -67,6 +67,23 @@ def test_rollback_equals_the_uncached_text(data):
     assert_rollback_matches(model, *case, atol=ATOL)
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_long_text_read_in_chunks_equals_one_pass(fast):
+    """1,100 tokens in the loop's chunks (window.READ_CHUNK) and in uneven ones, against the
+    uncached pass at every chunk's end; the fast model's attention tiles (fast.QUERY_ROWS
+    queries, blocks of keys) fall across the chunks' edges."""
+    from minillm.window import READ_CHUNK
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=1100, d_model=16,
+                              n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32)
+    model = minillm.random_model(cfg, seed=4, dtype="float64", std=0.5)
+    if fast:
+        model = minillm.fast.accelerate(model)
+    tokens = np.random.default_rng(0).integers(0, 64, size=(2, 1100))
+    assert_chunks_match(model, tokens, range(READ_CHUNK, 1100, READ_CHUNK), atol=ATOL)
+    assert_chunks_match(model, tokens, [1, 130, 131, 700, 1099], atol=ATOL)
+
+
 @pytest.mark.parametrize("arch", ["classic", "modern"])
 def test_float32_in_float32_out(arch):
     cfg = minillm.ModelConfig(arch=arch, vocab_size=32, context_length=16, d_model=16, n_layers=2,

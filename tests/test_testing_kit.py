@@ -161,7 +161,7 @@ def greedy_logits(model, use_cache=True):
     return decode
 
 
-def keys_keep_their_old_positions(model, window, token, cache, shift, slid):
+def keys_keep_their_old_positions(model, window, token, cache, shift, slid, progress=None):
     """Bug: on a slide the cache moves left (cache.shift) but its kept keys are not re-read, so
     they keep the RoPE rotation of their old positions while the new tokens count from the new
     start: every query-key angle drifts by the shift."""

@@ -6,6 +6,8 @@ is faster), the same figure as the tables' ratio column.
 """
 from __future__ import annotations
 
+from . import real_long
+
 DECODE = [  # (size, contender, at least)
     ("student", "transformers", 1.5), ("student", "PyTorch loop", 1.5),
     ("Sprout", "transformers", 2.0), ("Sprout", "PyTorch loop", 1.5),
@@ -68,6 +70,7 @@ def check(results) -> list:
                  "speculative, draft model"),
             find(results, "speculative", "shipped target + draft, greedy", "minillm f32"), 1.5)
     real_goals(results, compare, lines)
+    real_long.goals(results, compare, lines)
     return lines
 
 

@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class Worker:
     """A contender's process: start, ask for runs, quit (then its peak resident memory)."""
 
-    def __init__(self, name: str, threads: int):
+    def __init__(self, name: str, threads: int, context: int | None = None):
         self.name = name
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                    MKL_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(
@@ -46,7 +46,8 @@ class Worker:
                                  if p]))
         self.log = tempfile.TemporaryFile(mode="w+")  # its warnings and progress bars
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.suite.real_worker", name, str(threads)], cwd=ROOT,
+            [sys.executable, "-m", "bench.suite.real_worker", name, str(threads)] +
+            ([str(context)] if context else []), cwd=ROOT,
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             bufsize=1)
         self.ready = self.receive()
@@ -78,13 +79,13 @@ class Worker:
         return answer.get("peak_rss_mib")
 
 
-def start(name: str, threads: int):
-    """A ready Worker, or Missing(why not)."""
+def start(name: str, threads: int, context: int | None = None):
+    """A ready Worker, or Missing(why not); context: llama.cpp's positions (real_worker)."""
     if name == "llama.cpp" and not has_llama_cpp():
         return Missing(f"llama-cpp-python not installed; with AVX2: `{LLAMA_BUILD}`")
     if name.endswith("+ emb") and not real.has_embeddings_option():
         return Missing(real.EMB_MISSING)
-    worker = Worker(name, threads)
+    worker = Worker(name, threads, context)
     if "error" in worker.ready:
         worker.quit()
         return Missing(worker.ready["error"])

@@ -1,6 +1,7 @@
 """One contender of the real-model decode table, in a process of its own.
 
-    python -m bench.suite.real_worker CONTENDER THREADS      (started by bench.suite.real_decode)
+    python -m bench.suite.real_worker CONTENDER THREADS [CONTEXT]
+                                   (started by bench.suite.real_decode and real_long)
 
 The process sets its thread count, loads its model, then answers the parent, one JSON line
 per message on stdin and stdout:
@@ -8,13 +9,14 @@ per message on stdin and stdout:
     child:  {"ready": true, "load_s": ..., "bytes_per_token": ..., "about": "..."}
             (or {"error": "..."} when the contender cannot run here)
     parent: {"prompt": [ids], "new": n}   ->  child: {"prefill_s": ..., "decode_s": ...,
-                                                       "tokens": [n ids]}
+                                                       "tokens": [n ids], "peak_rss_mib": ...}
     parent: {"quit": true}                ->  child: {"peak_rss_mib": ...}, and exits
 
 A run is greedy decoding of n new tokens after the prompt, into a fresh cache. The clock reads
 at the start, when the first new token is known (the prefill: one pass over the prompt, then
 its argmax) and after the n-th: prefill_s and decode_s (the n - 1 one-token steps).
 The peak resident memory is the process's own (VmHWM), from loading to the last run.
+CONTEXT: the positions llama.cpp allocates (its n_ctx; 512 by default), for long prompts.
 """
 from __future__ import annotations
 
@@ -120,7 +122,7 @@ def load_transformers(gguf):
     return run, weights + row, "float32, dequantized from the GGUF file"
 
 
-def load_llama_cpp(gguf, threads):
+def load_llama_cpp(gguf, threads, context=TORCH_CONTEXT):
     """llama.cpp (llama-cpp-python) on the original Q4_1 file: it reads ~5x fewer bytes."""
     try:
         import llama_cpp
@@ -128,7 +130,7 @@ def load_llama_cpp(gguf, threads):
         raise LookupError(f"llama-cpp-python not installed; with AVX2: {LLAMA_BUILD}") from None
     import gguf as gguf_reader
 
-    llm = llama_cpp.Llama(model_path=gguf, n_ctx=512, n_batch=512, n_threads=threads,
+    llm = llama_cpp.Llama(model_path=gguf, n_ctx=context, n_batch=512, n_threads=threads,
                           n_threads_batch=threads, verbose=False)
     weights = sum(int(t.n_bytes) for t in gguf_reader.GGUFReader(gguf).tensors)
 
@@ -140,7 +142,7 @@ def load_llama_cpp(gguf, threads):
                           "embedding: reads the file's bytes, not float32")
 
 
-def load(name, threads):
+def load(name, threads, context=TORCH_CONTEXT):
     from .real import files
 
     npz, gguf = files()
@@ -151,7 +153,7 @@ def load(name, threads):
     if name == "transformers":
         return load_transformers(gguf)
     if name == "llama.cpp":
-        return load_llama_cpp(gguf, threads)
+        return load_llama_cpp(gguf, threads, context)
     raise ValueError(f"unknown contender {name!r}; one of {CONTENDERS}")
 
 
@@ -174,14 +176,15 @@ def send(message):
 
 
 def main(argv=None) -> int:
-    name, threads = (argv or sys.argv[1:])[:2]
-    threads = int(threads)
+    args = argv or sys.argv[1:]
+    name, threads = args[0], int(args[1])
+    context = int(args[2]) if len(args) > 2 else TORCH_CONTEXT
     from .machine import set_threads
 
     set_threads(threads)
     start = time.perf_counter()
     try:
-        run, weights, about = load(name, threads)
+        run, weights, about = load(name, threads, context)
     except Exception as e:  # the parent reports the contender as missing
         send({"error": f"{type(e).__name__}: {e}" if not isinstance(e, LookupError)
               else str(e)})
@@ -193,7 +196,8 @@ def main(argv=None) -> int:
         if message.get("quit"):
             break
         prefill_s, decode_s, tokens = run(message["prompt"], message["new"])
-        send({"prefill_s": prefill_s, "decode_s": decode_s, "tokens": tokens})
+        send({"prefill_s": prefill_s, "decode_s": decode_s, "tokens": tokens,
+              "peak_rss_mib": peak_rss_mib()})
     send({"peak_rss_mib": peak_rss_mib()})
     return 0
 

@@ -12,7 +12,8 @@
 The text goes to stdout; a one-line summary goes to stderr: how long the prompt took to read
 (prefill) and the new tokens after the first (decode), each with its tokens/s. Generation
 ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
-a --stop text, which is not printed.
+a --stop text, which is not printed. On a terminal, a long read (a prompt of more than
+window.READ_CHUNK tokens, the window's kept half after a slide) shows its progress on stderr.
 
 --logprobs prints a table instead of the text, one token a line, tab-separated:
     kind       prompt or new
@@ -104,7 +105,20 @@ def token_stream(model, prompt, args, stats=None):
                                   stop_tokens=stop_tokens(args.stop_ids, model),
                                   stop_strings=args.stop)
     return stream(model, prompt, use_cache=not args.no_cache, **knobs_of(args),
-                  stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop)
+                  stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop,
+                  progress=show_reading if sys.stderr.isatty() else None)
+
+
+def show_reading(done: int, total: int) -> None:
+    """The progress of a long read on stderr, redrawn in place and wiped when it is done;
+    a read of one chunk or less shows nothing."""
+    from ..window import READ_CHUNK
+
+    if total <= READ_CHUNK:
+        return
+    line = f"\r[reading {done:,} / {total:,} tokens]"
+    print(line if done < total else "\r" + " " * len(line) + "\r", end="", file=sys.stderr,
+          flush=True)
 
 
 def run(args) -> int:

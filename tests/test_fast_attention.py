@@ -1,0 +1,156 @@
+"""The tiled causal attention of minillm/fast.py computes what `layers.attention` computes.
+
+`fast.causal_attention(q, k, v, mask)` scores each block of queries against only the keys it
+may see, a block of keys at a time, with a running softmax. Both get the mask a forward pass
+builds (`masks.positions_and_mask`). Hypothesis draws the shapes (batch, key
+heads, query heads per key head), the offset of a cache (`start`, as in decoding and after a
+slide), left padding per row, keys stored as the cache stores them or contiguous, and block
+sizes small enough that every kind of edge occurs: a tile on the causal diagonal, a tile all
+hidden from some query (padding, or keys past it), a last block shorter than the others.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minillm import fast
+from minillm.layers import attention
+from minillm.masks import positions_and_mask
+
+ATOL = 1e-12  # float64: the same sums, split in blocks and rescaled by exp(m - m')
+
+
+def mask_of(q, start, pad):
+    """The mask a forward pass builds for these queries after `start` cached tokens."""
+    return positions_and_mask(q.shape[0], q.shape[2], start, pad)[1]
+
+
+def reference(q, k, v, start, pad):
+    return attention(q, k, v, mask_of(q, start, pad))
+
+
+def inputs(rng, B, K, group, T, start, d, dtype=np.float64, cache_layout=False):
+    """q (B, K*group, T, d), k and v (B, K, start + T, d). cache_layout: the keys as views of a
+    larger array stored (B, K, d, capacity), as minillm's KV cache hands them out."""
+    S = start + T
+    q = rng.standard_normal((B, K * group, T, d)).astype(dtype)
+    v = rng.standard_normal((B, K, S, d)).astype(dtype)
+    if cache_layout:
+        stored = rng.standard_normal((B, K, d, S + 3)).astype(dtype)
+        k = stored[..., :S].swapaxes(-1, -2)
+    else:
+        k = rng.standard_normal((B, K, S, d)).astype(dtype)
+    return q, k, v
+
+
+@given(data=st.data())
+def test_tiled_causal_attention_equals_reference(data):
+    B = data.draw(st.integers(1, 3), label="B")
+    K = data.draw(st.integers(1, 3), label="key heads")
+    group = data.draw(st.integers(1, 3), label="query heads per key head")
+    T = data.draw(st.integers(1, 40), label="T")
+    start = data.draw(st.sampled_from([0, 0, 1, 7, 31]), label="start")
+    d = data.draw(st.sampled_from([1, 2, 8]), label="d")
+    padded = data.draw(st.booleans(), label="padded")
+    pad = None
+    if padded:  # any count of the row's first positions, up to all but the last one
+        pad = np.array(data.draw(st.lists(st.integers(0, start + T - 1), min_size=B,
+                                          max_size=B), label="pad"))
+    rows = data.draw(st.integers(1, 9), label="QUERY_ROWS")
+    keys = data.draw(st.integers(1, 12), label="keys per block")
+    layout = data.draw(st.booleans(), label="cache layout")
+    q, k, v = inputs(np.random.default_rng(T * 100 + start), B, K, group, T, start, d,
+                     cache_layout=layout)
+    expected = reference(q, k, v, start, pad)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast, "QUERY_ROWS", rows)
+        patch.setattr(fast, "SCORE_ENTRIES", B * K * group * min(rows, T) * keys)
+        got = fast.causal_attention(q, k, v, mask_of(q, start, pad))
+    assert got.shape == expected.shape and got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("start, T", [(0, 150), (2900, 70), (3000, 1)])
+def test_default_blocks_equal_reference_over_a_long_cache(start, T):
+    """The constants as shipped: several query blocks (150 > QUERY_ROWS); 70 queries after
+    2,900 cached tokens, whose keys are more than one block at 4 heads; a decoding step."""
+    q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, cache_layout=True)
+    got = fast.causal_attention(q, k, v, mask_of(q, start, None))
+    np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
+
+
+def test_without_a_mask_every_key_is_seen():
+    """mask None means what it means in layers.attention: nothing hidden, nothing skipped."""
+    q, k, v = inputs(np.random.default_rng(3), 2, 2, 2, 7, 4, 8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast, "QUERY_ROWS", 3)
+        patch.setattr(fast, "SCORE_ENTRIES", 2 * 4 * 3 * 5)
+        got = fast.causal_attention(q, k, v)
+    np.testing.assert_allclose(got, attention(q, k, v), rtol=0, atol=ATOL)
+
+
+def test_float32_stays_float32():
+    q, k, v = inputs(np.random.default_rng(0), 2, 2, 3, 20, 5, 8, dtype=np.float32)
+    pad = np.array([0, 6])
+    got = fast.causal_attention(q, k, v, mask_of(q, 5, pad))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, reference(q, k, v, 5, pad), rtol=0, atol=1e-5)
+
+
+def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatch):
+    """Every tile of scores holds at most max(SCORE_ENTRIES, B H QUERY_ROWS^2) entries,
+    however long the text; the values each tile reads are views of v, not copies."""
+    B, K, group, T, d = 1, 2, 2, 600, 4
+    q, k, v = inputs(np.random.default_rng(1), B, K, group, T, 0, d, cache_layout=True)
+    monkeypatch.setattr(fast, "QUERY_ROWS", 16)
+    monkeypatch.setattr(fast, "SCORE_ENTRIES", 4096)
+    bound = max(fast.SCORE_ENTRIES, B * K * group * 16 ** 2)
+    tiles = []
+    running = fast._running_softmax
+
+    def spy(scores, values, *state):
+        tiles.append((scores.size, np.shares_memory(values, v)))
+        return running(scores, values, *state)
+
+    monkeypatch.setattr(fast, "_running_softmax", spy)
+    got = fast.causal_attention(q, k, v, mask_of(q, 0, None))
+    assert max(size for size, _ in tiles) <= bound < B * K * group * T * T // 2
+    assert all(view for _, view in tiles)
+    # Only the keys a block may see are scored: about half of the T x T square.
+    scored = sum(size for size, _ in tiles) / (B * K * group)
+    assert scored < 0.6 * T * T
+    np.testing.assert_allclose(got, reference(q, k, v, 0, None), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("cache_layout", [True, False])
+def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
+    """One query against 4,096 cached positions: the memory NumPy allocates during the call
+    (tracemalloc sees every array's buffer) stays far below one copy of the keys, in the
+    cache's transposed layout and in a plain one."""
+    import tracemalloc
+
+    q, k, v = inputs(np.random.default_rng(2), 1, 3, 3, 1, 4095, 64, dtype=np.float32,
+                     cache_layout=cache_layout)
+    fast.causal_attention(q, k, v)  # warm-up: NumPy's own caches
+    tracemalloc.start()
+    fast.causal_attention(q, k, v)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < k.nbytes / 8, (peak, k.nbytes)
+
+
+def test_the_fast_model_attends_with_the_tiles(monkeypatch):
+    """fast.accelerate(model) computes its attention with causal_attention (tests/test_fast.py
+    proves its logits equal the reference model's)."""
+    import minillm
+
+    calls = []
+    tiled = fast.causal_attention
+    monkeypatch.setattr(fast, "causal_attention", lambda *a: calls.append(1) or tiled(*a))
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=32, d_model=16,
+                              n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32)
+    model = minillm.random_model(cfg, seed=0, dtype="float64")
+    tokens = np.arange(20)[None] % 64
+    np.testing.assert_allclose(fast.accelerate(model).forward(tokens), model.forward(tokens),
+                               rtol=0, atol=ATOL)
+    assert len(calls) == cfg.n_layers
