@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from bench.suite.real_worker import timed
+
 TEXT = ("The lighthouse at the end of the harbour wall was built in 1868 from granite quarried "
         "on the island itself. Its lamp burned paraffin until 1921, when an electric light with "
         "a rotating lens replaced it, and the keeper's cottage beside it became a small museum "
@@ -43,7 +45,7 @@ def minillm_runner(npz):
     model = minillm.load(npz)
 
     def run(prompt, n):
-        return timed(stream(model, prompt, n, temperature=0), n)
+        return timed(stream(model, prompt, max_new_tokens=n, temperature=0), n)
     return model.tokenizer, run
 
 
@@ -94,19 +96,6 @@ class TokenTimes:
 
     def result(self, n):
         return self.first - self.start, self.stop - self.first, n
-
-
-def timed(tokens, n):
-    """(prefill_s, decode_s, tokens) of an iterator over new tokens, stopped after n."""
-    start = time.perf_counter()
-    first, out = start, []
-    for token in tokens:
-        out.append(int(token))
-        if len(out) == 1:
-            first = time.perf_counter()
-        if len(out) == n:
-            break
-    return first - start, time.perf_counter() - first, out
 
 
 def conversion_peak_mib(gguf) -> float:
