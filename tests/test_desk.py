@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minillm
 from minillm.desk import PASSAGE
@@ -105,6 +106,34 @@ def test_draw_is_sample_next_token_with_the_seed(server, model):
         assert answer["text"] == model.tokenizer.decode([int(want)])
 
 
+PENALTY = st.one_of(st.none(), st.floats(-2.0, 2.0, allow_nan=False))
+
+
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frequency=PENALTY, presence=PENALTY,
+       drawn=st.lists(st.sampled_from([269, 260, 11, 5, 1000]), max_size=12),
+       seed=st.integers(0, 2**32 - 1))
+def test_next_and_draw_equal_the_library_for_drawn_penalties(server, model, frequency,
+                                                             presence, drawn, seed):
+    # A few tokens drawn again and again: counts above 1, where f and p part ways.
+    knobs = dict(temperature=0.9, frequency_penalty=frequency, presence_penalty=presence)
+    answer = post(server, "/api/next", prompt=PROMPT, drawn=drawn, **knobs)
+    ids = ids_of(model) + drawn
+    logits = model.forward(np.array([ids]), last=1)[0, -1].astype(np.float64)
+    kept = minillm.filtered_probs(logits, **knobs, history=[ids])
+    order = np.argsort(-minillm.filtered_probs(logits), kind="stable")[:12]
+    np.testing.assert_allclose([t["kept"] for t in answer["top"]], kept[order], rtol=1e-12)
+    assert answer["rest"]["kept"] == pytest.approx(1 - kept[order].sum(), abs=1e-12)
+    assert answer["survivors"] == int((kept > 0).sum())
+    ranked = np.sort(kept)[::-1]  # no cut: the curve is the penalised distribution itself
+    np.testing.assert_allclose(answer["curve"]["p"],
+                               ranked[np.array(answer["curve"]["rank"]) - 1], rtol=1e-12)
+    drawn_token = post(server, "/api/draw", prompt=PROMPT, drawn=drawn, seed=seed, **knobs)
+    want = minillm.sample_next_token(logits, **knobs, history=[ids],
+                                     rng=np.random.default_rng(seed))
+    assert drawn_token["id"] == int(want)
+
+
 def test_temperatures_repeat_with_the_seed_and_read_back_their_surprise(server, model):
     body = dict(prompt=PROMPT, seed=7, max_new_tokens=20, temperatures=[0.0, 0.6, 1.0, 1.6])
     first = post(server, "/api/temperatures", **body)
@@ -124,14 +153,17 @@ def test_temperatures_repeat_with_the_seed_and_read_back_their_surprise(server, 
     assert other["columns"][1:] != first["columns"][1:]
 
 
-def test_repetition_marks_every_repeated_four_token_phrase(server, model):
+@pytest.mark.parametrize("penalties", [
+    dict(repetition_penalty=1.8), dict(repetition_penalty=1.0, frequency_penalty=0.7),
+    dict(repetition_penalty=1.0, presence_penalty=1.5),
+    dict(repetition_penalty=1.2, frequency_penalty=0.3, presence_penalty=0.4)])
+def test_repetition_marks_every_repeated_four_token_phrase(server, model, penalties):
     prompt = "And the LORD said to Moses,"
-    answer = post(server, "/api/repetition", prompt=prompt, max_new_tokens=64,
-                  repetition_penalty=1.8)
+    answer = post(server, "/api/repetition", prompt=prompt, max_new_tokens=64, **penalties)
     ids = ids_of(model, prompt)
-    for key, penalty in (("greedy", None), ("penalised", 1.8)):
-        text = minillm.generate(model, ids, max_new_tokens=64, temperature=0,
-                                repetition_penalty=penalty, stop_tokens=[0])
+    for key, knobs in (("greedy", {}), ("penalised", penalties)):
+        text = minillm.generate(model, ids, max_new_tokens=64, temperature=0, **knobs,
+                                stop_tokens=[0])
         assert [t["id"] for t in answer[key]["tokens"]] == text[len(ids):]
         want = [any(text[i - 3:i + 1] == text[j - 3:j + 1] for j in range(3, i))
                 for i in range(len(ids), len(text))]
@@ -219,6 +251,14 @@ BAD = [
      "temperature: must be a number"),
     ("POST", "/api/next", {"prompt": PROMPT, "top_k": True}, None, 400, "top_k: must be an"),
     ("POST", "/api/next", {"prompt": PROMPT, "top_k": 2.5}, None, 400, "top_k: must be an"),
+    ("POST", "/api/next", {"prompt": PROMPT, "frequency_penalty": 2.5}, None, 400,
+     "frequency_penalty: must be in [-2, 2]"),
+    ("POST", "/api/draw", {"prompt": PROMPT, "presence_penalty": "high"}, None, 400,
+     "presence_penalty: must be a number"),
+    ("POST", "/api/repetition", {"prompt": PROMPT, "presence_penalty": -0.5}, None, 400,
+     "presence_penalty: must be in [0, 2]"),
+    ("POST", "/api/repetition", {"prompt": PROMPT, "penalty_window": 8}, None, 400,
+     "penalty_window: unknown field"),
     ("POST", "/api/next", {"prompt": PROMPT, "drawn": [5000]}, None, 400, "drawn: token id"),
     ("POST", "/api/next", {"prompt": ""}, None, 400, "prompt: empty"),
     ("POST", "/api/next", {"prompt": "x" * (MAX_PROMPT_CHARS + 1)}, None, 400,

@@ -150,6 +150,35 @@ def test_sampling_desk_shows_what_filtered_probs_keeps(page, model):
     assert page.input_value("#sampling-seed") == "1"
 
 
+def test_penalty_sliders_show_what_filtered_probs_keeps(page, model):
+    # Three drawn tokens give the penalties a history beyond the prompt; then each slider moves.
+    for _ in range(3):
+        with page.expect_response(lambda r: r.url.endswith("/api/next"), timeout=60_000):
+            page.click("#draw")
+        settle(page, "sampling")
+    drawn = page.evaluate("sampling.drawn")
+    ids = model.tokenizer.encode(PROMPT) + drawn
+    logits = model.forward(np.array([ids]), last=1)[0, -1]
+    plain = minillm.filtered_probs(logits)
+    order = np.argsort(-plain, kind="stable")[:12]
+    shown_before = None
+    for knobs in (dict(frequency_penalty=1.5), dict(frequency_penalty=1.5, presence_penalty=-1.2),
+                  dict(frequency_penalty=0.0, presence_penalty=2.0)):
+        for name, value in knobs.items():
+            set_value(page, f"#{name}", value, "/api/next")
+        settle(page, "sampling")
+        kept = minillm.filtered_probs(logits, **knobs, history=[ids])
+        rows = page.locator("#bars .bar-row")
+        shown = [rows.nth(i).locator(".share.kept").inner_text() for i in range(12)]
+        assert shown == [percent(kept[t]) for t in order]
+        p = kept[kept > 0]
+        assert text(page, "#effective-kept") == f"{np.exp(-(p * np.log(p)).sum()):.1f}"
+        assert text(page, "output[for=frequency_penalty]") == (
+            "off" if knobs["frequency_penalty"] == 0 else f"{knobs['frequency_penalty']:g}")
+        assert shown != shown_before  # each move changed what the page shows
+        shown_before = shown
+
+
 def test_four_temperatures_show_generate_and_repeat_with_the_seed(page, model):
     temperatures = [0.0, 0.5, 1.0, 1.5]
     page.fill("#temperatures-seed", "5")
@@ -173,21 +202,33 @@ def test_four_temperatures_show_generate_and_repeat_with_the_seed(page, model):
     screenshot(page, "temperatures")
 
 
+def shows_greedy_and_penalised(page, model, penalties):
+    """The two columns of the repetition widget are generate's text without and with the
+    penalties, every repeat marked as the library finds it."""
+    ids = model.tokenizer.encode(page.input_value("#repetition-prompt"))
+    for box, knobs in (("#greedy-text", {}), ("#penalised-text", penalties)):
+        out = minillm.generate(model, ids, max_new_tokens=64, temperature=0, **knobs,
+                               stop_tokens=[0])
+        marks = repeats(out, len(ids))
+        shown = page.locator(f"{box} .token")
+        assert [shown.nth(i).get_attribute("title") for i in range(shown.count())] == [
+            f"token {t}" for t in out[len(ids):]]
+        assert [("repeat" in (shown.nth(i).get_attribute("class") or ""))
+                for i in range(shown.count())] == marks
+
+
 def test_repetition_marks_the_repeats_the_library_finds(page, model):
     set_value(page, "#penalty", 1.6, "/api/repetition")
     settle(page, "repetition")
-    prompt = page.input_value("#repetition-prompt")
-    ids = model.tokenizer.encode(prompt)
-    for box, penalty in (("#greedy-text", None), ("#penalised-text", 1.6)):
-        out = minillm.generate(model, ids, max_new_tokens=64, temperature=0,
-                               repetition_penalty=penalty, stop_tokens=[0])
-        marks = repeats(out, len(ids))
-        shown = page.locator(f"{box} .token")
-        assert shown.count() == len(out) - len(ids)
-        assert [("repeat" in (shown.nth(i).get_attribute("class") or ""))
-                for i in range(shown.count())] == marks
+    shows_greedy_and_penalised(page, model, dict(repetition_penalty=1.6))
     assert text(page, "#penalty-shown") == "r = 1.6"
     screenshot(page, "repetition")
+    set_value(page, "#penalty", 1, "/api/repetition")
+    set_value(page, "#frequency", 0.8, "/api/repetition")
+    set_value(page, "#presence", 0.5, "/api/repetition")
+    settle(page, "repetition")
+    shows_greedy_and_penalised(page, model, dict(frequency_penalty=0.8, presence_penalty=0.5))
+    assert text(page, "#penalty-shown") == "r = 1, \u03b1f = 0.8, \u03b1p = 0.5"
 
 
 def test_cache_race_shows_identical_tokens(page, model):

@@ -58,7 +58,10 @@ KNOBS = {
     "top_p": number(0.01, 1.0, None, none=True),
     "min_p": number(0.0, 1.0, None, none=True),
     "repetition_penalty": number(0.5, 3.0, None, none=True),
-    # frequency_penalty and presence_penalty join here once minillm.filtered_probs has them.
+    # The library takes any finite value (< 0 encourages repeats); the desk keeps OpenAI's
+    # API range for them.
+    "frequency_penalty": number(-2.0, 2.0, None, none=True),
+    "presence_penalty": number(-2.0, 2.0, None, none=True),
 }
 
 ENDPOINTS = {
@@ -68,7 +71,9 @@ ENDPOINTS = {
                           "temperatures": Field("numbers", [0.0, 0.5, 1.0, 1.5], 0.0, 5.0,
                                                 length=4)},
     "/api/repetition": {"prompt": PROMPT, "max_new_tokens": NEW_TOKENS,
-                        "repetition_penalty": number(1.0, 3.0, 1.3)},
+                        "repetition_penalty": number(1.0, 3.0, 1.3),
+                        "frequency_penalty": number(0.0, 2.0, 0.0),
+                        "presence_penalty": number(0.0, 2.0, 0.0)},
     "/api/race": {"prompt": PROMPT, "max_new_tokens": NEW_TOKENS, "seed": SEED,
                   "temperature": number(0.0, 5.0, 0.8)},
     "/api/bits": {"prompt": PROMPT, "max_new_tokens": NEW_TOKENS,

@@ -91,9 +91,11 @@ def stops(desk: Desk) -> list[int]:
     return list(desk.model.tokenizer.eos_token_ids)
 
 
-def knobs(request) -> dict:
-    return {name: request[name] for name in
-            ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
+PENALTIES = ("repetition_penalty", "frequency_penalty", "presence_penalty")
+
+
+def knobs(request, names=("temperature", "top_k", "top_p", "min_p", *PENALTIES)) -> dict:
+    return {name: request[name] for name in names}
 
 
 def curve_ranks(V: int) -> np.ndarray:
@@ -113,8 +115,8 @@ def next_token(desk: Desk, request) -> dict:
     ids = prompt_ids(desk, request["prompt"], request["drawn"])
     logits = last_logits(desk.model, ids)
     model_p = filtered_probs(logits)  # the model's own distribution, T = 1, no knob
-    scaled = filtered_probs(logits, temperature=request["temperature"],  # before the cuts
-                            repetition_penalty=request["repetition_penalty"], history=[ids])
+    scaled = filtered_probs(logits, **knobs(request, ("temperature", *PENALTIES)),
+                            history=[ids])  # before the cuts
     kept = filtered_probs(logits, **knobs(request), history=[ids])  # what a draw uses
     V = logits.size
     order = np.argsort(-model_p, kind="stable")
@@ -168,13 +170,13 @@ def temperatures(desk: Desk, request) -> dict:
 
 
 def repetition(desk: Desk, request) -> dict:
-    """Greedy text with its repeated phrases marked, beside the same under the penalty."""
+    """Greedy text with its repeated phrases marked, beside the same under the penalties."""
     n = request["max_new_tokens"]
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     out = {}
-    for key, penalty in (("greedy", None), ("penalised", request["repetition_penalty"])):
-        text = generate(desk.model, ids, max_new_tokens=n, temperature=0.0,
-                        repetition_penalty=penalty, stop_tokens=stops(desk))
+    for key, penalties in (("greedy", {}), ("penalised", knobs(request, PENALTIES))):
+        text = generate(desk.model, ids, max_new_tokens=n, temperature=0.0, **penalties,
+                        stop_tokens=stops(desk))
         marks = repeats(text, len(ids), REPEAT_N)
         out[key] = {"tokens": [dict(t, repeat=m) for t, m in
                                zip(pieces(desk, text[len(ids):]), marks)],

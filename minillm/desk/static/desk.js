@@ -70,13 +70,16 @@ const sampling = {drawn: [], drawnText: "", view: "log", last: null};
 function samplingKnobs() {
   return {temperature: number("#temperature"), top_k: number("#top_k"),
           top_p: number("#top_p"), min_p: number("#min_p"),
-          repetition_penalty: number("#repetition_penalty")};
+          repetition_penalty: number("#repetition_penalty"),
+          frequency_penalty: number("#frequency_penalty"),
+          presence_penalty: number("#presence_penalty")};
 }
 
 function showKnobValues() {
   for (const output of $$("output")) {
     const value = Number($("#" + output.htmlFor).value);
-    const off = {top_k: 0, top_p: 1, min_p: 0, repetition_penalty: 1}[output.htmlFor];
+    const off = {top_k: 0, top_p: 1, min_p: 0, repetition_penalty: 1, frequency_penalty: 0,
+                 presence_penalty: 0, frequency: 0, presence: 0}[output.htmlFor];
     output.textContent = value === off ? "off" : String(value);
   }
 }
@@ -119,7 +122,7 @@ function drawBars(answer) {
   }));
 }
 
-// The ranked distribution after the penalty and the temperature (before the cuts), by rank on a
+// The ranked distribution after the penalties and the temperature (before the cuts), by rank on a
 // log axis: its probabilities on a log axis too, or its running total with the top-p line
 // (horizontal) and the top-k line (vertical).
 function drawCurve(answer) {
@@ -197,17 +200,18 @@ async function writeColumns() {
 async function writeGreedy() {
   showKnobValues();
   const widget = $("#repetition");
-  const penalty = number("#penalty");
+  const penalty = number("#penalty"), f = number("#frequency"), p = number("#presence");
   const answer = await api(widget, "/api/repetition",
     {prompt: $("#repetition-prompt").value, repetition_penalty: penalty,
-     max_new_tokens: number("#repetition-n")});
+     frequency_penalty: f, presence_penalty: p, max_new_tokens: number("#repetition-n")});
   if (!answer) return;
   const marks = (t) => (t.repeat ? ["repeat"] : []);
   tokenSpans($("#greedy-text"), answer.greedy.tokens, marks);
   tokenSpans($("#penalised-text"), answer.penalised.tokens, marks);
   $("#greedy-repeats").textContent = answer.greedy.repeats;
   $("#penalised-repeats").textContent = answer.penalised.repeats;
-  $("#penalty-shown").textContent = `r = ${penalty}`;
+  $("#penalty-shown").textContent = `r = ${penalty}` + (f ? `, \u03b1f = ${f}` : "") +
+    (p ? `, \u03b1p = ${p}` : "");
 }
 
 // -- the cache race ------------------------------------------------------------------------------
@@ -301,7 +305,8 @@ async function start() {
   if (!INFO.draft) $("#drafter option[value=model]").disabled = true;
 
   const samplingUpdate = debounce(updateSampling);
-  for (const id of ["temperature", "top_k", "top_p", "min_p", "repetition_penalty"]) {
+  for (const id of ["temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                    "frequency_penalty", "presence_penalty"]) {
     $("#" + id).addEventListener("input", samplingUpdate);
   }
   $("#sampling-prompt").addEventListener("change", () => { sampling.drawn = []; updateSampling(); });
@@ -318,7 +323,10 @@ async function start() {
   $("#write").addEventListener("click", writeColumns);
   $("#new-seed").addEventListener("click", () => { $("#temperatures-seed").value = number("#temperatures-seed") + 1; writeColumns(); });
   $("#temperatures-prompt").addEventListener("change", writeColumns);
-  $("#penalty").addEventListener("input", debounce(writeGreedy, 200));
+  const greedyUpdate = debounce(writeGreedy, 200);
+  for (const id of ["penalty", "frequency", "presence"]) {
+    $("#" + id).addEventListener("input", greedyUpdate);
+  }
   $("#repeat").addEventListener("click", writeGreedy);
   $("#repetition-prompt").addEventListener("change", writeGreedy);
   $("#run-race").addEventListener("click", race);
