@@ -46,10 +46,10 @@ class Model:
 
     def __post_init__(self):
         cfg = self.config
-        self._rope = {}  # RoPE base -> (cos, sin), each (C, 1, d): broadcast over heads
-        for theta in {cfg.rope_base(layer) for layer in range(cfg.n_layers)} - {None}:
-            cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, self.dtype)
-            self._rope[theta] = (cos[:, None], sin[:, None])
+        # RoPE base -> (cos, sin), each (L, 1, d) for positions < L: none until _grow_rope
+        empty = np.empty((0, 1, cfg.head_dim), self.dtype)
+        bases = {cfg.rope_base(layer) for layer in range(cfg.n_layers)} - {None}
+        self._rope = {theta: (empty, empty) for theta in bases}
 
     @property
     def dtype(self) -> np.dtype:
@@ -117,6 +117,7 @@ class Model:
         if pad is not None and cache is None:
             pad = check_pad(pad, B, T)
         positions, mask = positions_and_mask(B, T, start, pad)
+        self._grow_rope(start + T)
         # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
         every_key = (0, mask)
         if cfg.sliding_window is not None:
@@ -133,6 +134,15 @@ class Model:
         return linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
 
     # -- the pieces of forward -------------------------------------------------------------
+
+    def _grow_rope(self, end: int) -> None:
+        """Extend the RoPE tables to positions < end, doubling up to the context length: their
+        memory follows the text, not the context length (which may be far longer)."""
+        for theta, (cos, _) in self._rope.items():
+            if len(cos) < end:
+                length = min(max(end, 2 * len(cos)), self.config.context_length)
+                cos, sin = rope_tables(length, self.config.head_dim, theta, self.dtype)
+                self._rope[theta] = (cos[:, None], sin[:, None])
 
     def _embed(self, tokens, positions):
         x = self.params["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)

@@ -4,12 +4,17 @@
 Tolerance: in float64, cached and uncached logits agree to 1e-12 (absolute) at every step;
 the only difference between the two paths is the order of floating-point sums.
 """
+import copy
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
+from minillm.config import MAX_CONTEXT_LENGTH
+from minillm.layers import rope_tables
 from minillm.testing import assert_batch_matches, assert_chunks_match, assert_rollback_matches
 from minillm.testing.strategies import (chunkings, model_configs, ragged_batches,
                                         rollback_cases, token_arrays)
@@ -193,3 +198,66 @@ def test_a_new_cache_allocates_what_is_written_not_the_whole_context():
     assert cache.k.shape[3] == 10
     model.forward(np.array([[1]]), cache)
     assert cache.k.shape[3] == 20 and cache.length == 11
+
+
+def with_whole_tables(model):
+    """The model as it was built before its RoPE tables grew with the text: tables of every
+    position < context_length (layers.rope_tables), built at once and looked up."""
+    cfg, whole = model.config, copy.copy(model)
+    whole._rope = {}
+    for theta in model._rope:
+        cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, model.dtype)
+        whole._rope[theta] = (cos[:, None], sin[:, None])
+    whole._grow_rope = lambda end: None
+    return whole
+
+
+@given(st.data())
+def test_rope_tables_grown_with_the_text_give_the_logits_of_whole_context_tables(data):
+    """Bit for bit, on drawn batches (left-padded or not: positions as index arrays or slices)
+    read uncached, then by a prefill and one token a step, so that the tables grow between
+    passes."""
+    cfg = data.draw(model_configs(arch="modern"))
+    dtype = data.draw(st.sampled_from(["float32", "float64"]))
+    model = minillm.random_model(cfg, seed=5, dtype=dtype, std=0.5)
+    ragged = data.draw(st.booleans())
+    tokens, pad, split = data.draw(ragged_batches(cfg.vocab_size, 3, cfg.context_length,
+                                                  ragged=ragged))
+    for grown, whole in [(model, with_whole_tables(model))] * 2:  # fresh tables, then grown
+        np.testing.assert_array_equal(grown.forward(tokens, pad=pad),
+                                      whole.forward(tokens, pad=pad))
+    grown = minillm.random_model(cfg, seed=5, dtype=dtype, std=0.5)
+    whole = with_whole_tables(grown)
+    caches = grown.new_cache(len(tokens)), whole.new_cache(len(tokens))
+    cuts = [0, split, *range(split + 1, tokens.shape[1] + 1)]
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        step_pad = pad if i == 0 else None
+        np.testing.assert_array_equal(grown.forward(tokens[:, a:b], caches[0], pad=step_pad),
+                                      whole.forward(tokens[:, a:b], caches[1], pad=step_pad))
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_model_of_the_longest_context_allocates_only_what_its_text_uses(fast):
+    """context_length 2^20: tables of the whole context would take 2 * 2^20 * head_dim float32
+    values (256 MiB here); building the model and reading a 100-token text (its tables, cache,
+    activations) stays under 1/256 of that, and the tables cover the text, not the context."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=MAX_CONTEXT_LENGTH,
+                              d_model=32, n_layers=2, n_heads=2, rope_local_theta=500.0,
+                              sliding_window=8, sliding_window_pattern=2)
+    whole_tables = 2 * 2 * cfg.context_length * cfg.head_dim * 4  # two bases, cos and sin
+    tokens = np.random.default_rng(0).integers(0, 64, size=(1, 100))
+    tracemalloc.start()
+    try:
+        model = minillm.random_model(cfg)
+        if fast:
+            model = minillm.fast.accelerate(model)
+        cache = model.new_cache()
+        model.forward(tokens[:, :60], cache)
+        for t in range(60, 100):
+            logits = model.forward(tokens[:, t:t + 1], cache)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(logits).all()
+    assert peak < whole_tables / 256, f"peak {peak} bytes"
+    assert {len(cos) for cos, _ in model._rope.values()} == {120}  # 60, then doubled
