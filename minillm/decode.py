@@ -51,8 +51,8 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, 
     if use_cache:  # only as long as this generation can fill
         capacity = min(model.config.context_length, window.width + config.max_new_tokens)
         cache = model.new_cache(len(prompts), capacity)
-    logits = prefill(model, window, cache, progress)
-    return decode(model, window, cache, logits, config, rng, progress)
+    logits = prefill(model, window, cache, progress)  # on the first next(), not at the call
+    yield from decode(model, window, cache, logits, config, rng, progress)
 
 
 def prefill(model, window: Window, cache, progress=None):

@@ -166,6 +166,26 @@ def test_stream_yields_the_tokens_generate_returns():
     assert all(sorted(s) == [0, 1] for s in steps) and len(steps) == 25
 
 
+def test_stream_reads_the_prompt_at_the_first_token_not_at_the_call(monkeypatch):
+    """A caller who times the first token (the bench, the CLI's progress) must see the
+    prefill in it: stream checks its arguments at once but runs the model only when asked."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=50, context_length=16, d_model=8,
+                              n_layers=1, n_heads=2)
+    model = _model(cfg)
+    calls = []
+    forward = type(model).forward
+    monkeypatch.setattr(type(model), "forward",
+                        lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
+    for use_cache in (True, False):
+        calls.clear()
+        tokens = stream(model, [3, 4, 5], max_new_tokens=3, use_cache=use_cache)
+        assert calls == []
+        next(tokens)
+        assert calls
+    with pytest.raises(ValueError):
+        stream(model, [3, 4, 5], max_new_tokens=-1)  # the arguments, though, at once
+
+
 def test_same_seed_same_text_and_rng_instead_of_seed():
     cfg = minillm.ModelConfig(arch="modern", vocab_size=60, context_length=10, d_model=8,
                               n_layers=1, n_heads=2)
