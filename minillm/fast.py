@@ -193,12 +193,13 @@ def column_major_blocks(x, w):
 
 
 def row_major_product(x, w):
-    """x @ W.T for several rows x (N, in) and a row-major W (out, in), computed as W @ x.T
-    (OpenBLAS is faster that way round here), by blocks of W's rows when x has few rows."""
+    """x @ W.T for several rows x (N, in) and a row-major W (out, in). A few rows: as W @ x.T
+    (OpenBLAS is faster that way round for them), by blocks of W's rows; more rows (a
+    prefill): as x @ W.T, which packs W itself where copying x.T first cost more."""
     n, d = x.shape
-    xt = np.ascontiguousarray(x.T)  # (in, N)
     if n > FEW_ROWS:
-        return (w @ xt).T
+        return x @ w.T
+    xt = np.ascontiguousarray(x.T)  # (in, N)
     out = np.empty((w.shape[0], n), dtype=np.result_type(x, w))  # (out, N)
     for start, stop in blocks(w.shape[0], n * d):
         np.matmul(w[start:stop], xt, out=out[start:stop])
@@ -285,9 +286,13 @@ def causal_attention(q, k, v, mask=None, scale=None):
         l' = c l + sum_J exp(s_j - m'),   a' = c a + sum_J exp(s_j - m') v_j,
 
     and the output is a / l once every block is in: the same softmax, its sums split in parts.
+    l rides along with a as one more column, [a, l]: for a block of many queries, V gets a
+    column of ones, so that one product exp(s - m') [V, 1] gives both sums and the scores are
+    not read again to add them up (V is copied once per call for that, which for a few queries
+    would copy the cache at every decoding step: they add up the scores instead).
     Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
     Extra memory: one tile of scores, at most max(SCORE_ENTRIES, B H QUERY_ROWS^2) entries,
-    whatever T and S; keys and values are read in place (views of the cache, no copy).
+    whatever T and S; keys are read in place (views of the cache, no copy).
 
     q: (B, H, T, d); k, v: (B, K, S, d) with K dividing H, S >= T; mask: None (every key
     visible, nothing skipped) or causal booleans broadcastable to (B, 1, 1, T, S), True where
@@ -299,42 +304,57 @@ def causal_attention(q, k, v, mask=None, scale=None):
     group = H // K
     rows = min(T, QUERY_ROWS)  # queries per block
     step = max(rows, SCORE_ENTRIES // (B * H * rows))  # keys per block
-    q = q.reshape(B, K, group, T, d)  # the query heads that share a key head side by side
-    out = np.empty((B, K, group, T, d), dtype=np.result_type(q, k, v))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    q = (q * scale).reshape(B, K, group, T, d)  # the query heads that share a key head together
+    ones = T >= QUERY_ROWS
+    if ones:
+        v = np.concatenate([v, np.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)  # [V, 1]
+    out = np.empty((B, K, group, T, d), dtype=np.result_type(q, k, v))
     for t0 in range(0, T, rows):
         t1 = min(t0 + rows, T)
         n = t1 - t0  # the block's queries, and the keys they may see:
         seen = S if mask is None else S - T + t1
-        qb = (q[:, :, :, t0:t1] * scale).reshape(B, K, group * n, d)
-        m = total = acc = None
+        qb = q[:, :, :, t0:t1].reshape(B, K, group * n, d)
+        m = acc = None
         for j0 in range(0, seen, step):
             j1 = min(j0 + step, seen)
             scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)  # (B, K, group*n, j1 - j0)
             if mask is not None:
-                visible = np.asarray(mask)[..., t0:t1, j0:j1]  # (n, J) or (B, 1, 1, n, J)
-                if not visible.all():
-                    np.copyto(scores.reshape(B, K, group, n, j1 - j0), -np.inf,
-                              where=~visible)
-            m, total, acc = _running_softmax(scores, v[:, :, j0:j1], m, total, acc)
-        out[:, :, :, t0:t1] = (acc / total).reshape(B, K, group, n, d)
+                _hide(scores.reshape(B, K, group, n, j1 - j0), np.asarray(mask)[..., t0:t1, j0:j1])
+            m, acc = _running_softmax(scores, v[:, :, j0:j1], m, acc, ones)
+        out[:, :, :, t0:t1] = (acc[..., :d] / acc[..., d:]).reshape(B, K, group, n, d)
     return out.reshape(B, H, T, d)
 
 
-def _running_softmax(scores, v, m, total, acc):
-    """One block of keys into the running softmax: (m', l', a') from (m, l, a), None at the
-    first block. scores (B, K, R, J) is overwritten; v (B, K, J, d)."""
+def _hide(scores, visible) -> None:
+    """Set to -inf the scores (..., n, J) of keys the mask hides, visible (n, J) or
+    (B, 1, 1, n, J); only from the first key that some query may not see (the causal
+    diagonal's columns, when nothing is padded)."""
+    hidden_from_some = ~visible.all(axis=-2)  # (..., J)
+    if hidden_from_some.any():
+        first = int(np.argmax(hidden_from_some.reshape(-1, visible.shape[-1]).any(axis=0)))
+        np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])  # (B, K, group, n, J)
+
+
+def _running_softmax(scores, v, m, acc, ones: bool):
+    """One block of keys into the running softmax: (m', [a', l']) from (m, [a, l]), None at
+    the first block. scores (B, K, R, J) is overwritten; v (B, K, J, d), or [V, 1]
+    (B, K, J, d + 1) when `ones`."""
     m_new = scores.max(axis=-1, keepdims=True)  # (B, K, R, 1)
     if m is not None:
-        m_new = np.maximum(m, m_new)
+        np.maximum(m, m_new, out=m_new)
     # A query that sees no key of the blocks so far has m' = -inf: shift it by 0 instead, so
     # that its exp(-inf - shift) stays 0 rather than NaN.
-    shift = np.where(m_new == -np.inf, 0.0, m_new).astype(scores.dtype, copy=False)
+    shift = m_new
+    if m_new.min() == -np.inf:
+        shift = np.where(m_new == -np.inf, 0.0, m_new).astype(scores.dtype, copy=False)
     scores -= shift
     np.exp(scores, out=scores)
-    block_total = scores.sum(axis=-1, keepdims=True)
-    block_acc = scores @ v  # (B, K, R, d)
+    block = scores @ v  # (B, K, R, d + 1): [sum exp(s - m') v, sum exp(s - m')]
+    if not ones:
+        block = np.concatenate([block, scores.sum(axis=-1, keepdims=True)], axis=-1)
     if m is None:
-        return m_new, block_total, block_acc
-    c = np.exp(m - shift)
-    return m_new, c * total + block_total, c * acc + block_acc
+        return m_new, block
+    acc *= np.exp(m - shift)  # c
+    acc += block
+    return m_new, acc

@@ -149,6 +149,8 @@ def read(model, tokens, cache, pad=None, progress=None):
     progress: None, or called as progress(tokens read, T) after each chunk."""
     if pad is not None:
         cache.pad = pad.copy() if pad.any() else None
+    # Room for the whole text at once (never past the cache's capacity, which append enforces).
+    cache.reserve(min(cache.capacity, cache.length + tokens.shape[1]))
     for start in range(0, tokens.shape[1], READ_CHUNK):
         logits = model.forward(tokens[:, start:start + READ_CHUNK], cache, last=1)
         if progress is not None:
