@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.chat import chat_prompt_ids
+from minillm.chat import chat_prompt_ids, render_chat
 from minillm.convert import model_from_gguf
 from template_files import GEMMA3, chat_template
 from tokenizer_corpus import CORPUS
@@ -220,6 +220,17 @@ def test_a_chat_prompt_has_transformers_token_ids_and_its_turns_end_in_a_stop_to
     turns = len([m for m in messages if m["role"] != "system"])  # the system joins a turn
     assert ids.count(end) == turns and end in tokenizer.eos_token_ids
     assert end not in ours.tokenizer.eos_token_ids  # without the template, only <eos> stops
+
+
+@real_file
+@pytest.mark.parametrize("chat", CHATS)
+def test_a_chat_prompt_has_llama_cpp_token_ids(ours, llama, chat):
+    """The rendered text, control tokens matched whole (special=True); its own BOS."""
+    tokenizer = ours.tokenizer.with_chat_template(chat_template(GEMMA3))
+    text = render_chat(CHATS[chat], tokenizer.chat_template,
+                       bos_token=tokenizer.config.bos_token)
+    expected = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    assert chat_prompt_ids(tokenizer, CHATS[chat]) == expected
 
 
 @real_file
