@@ -202,12 +202,19 @@ CHATS = {
 }
 
 
+@pytest.fixture(scope="module")
+def gemma3_template():
+    """Gemma 3's instruction-tuned chat template, which jinja2 renders."""
+    pytest.importorskip("jinja2")
+    return chat_template(GEMMA3)
+
+
 @real_file
 @pytest.mark.parametrize("chat", CHATS)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_a_chat_prompt_has_transformers_token_ids_and_its_turns_end_in_a_stop_token(
-        ours, hf_tokenizer, chat, add_generation_prompt):
-    template, messages = chat_template(GEMMA3), CHATS[chat]
+        ours, hf_tokenizer, gemma3_template, chat, add_generation_prompt):
+    template, messages = gemma3_template, CHATS[chat]
     assert ours.tokenizer.chat_template is None  # the file has none: it is given
     tokenizer = ours.tokenizer.with_chat_template(template)
     ids = chat_prompt_ids(tokenizer, messages, add_generation_prompt)
@@ -217,16 +224,16 @@ def test_a_chat_prompt_has_transformers_token_ids_and_its_turns_end_in_a_stop_to
     bos = tokenizer.bos_token_id
     assert ids == expected and ids[0] == bos and ids.count(bos) == 1  # the template's BOS only
     end = tokenizer.token_to_id("<end_of_turn>")
-    turns = len([m for m in messages if m["role"] != "system"])  # the system joins a turn
+    turns = sum(m["role"] != "system" for m in messages)  # the system message joins a turn
     assert ids.count(end) == turns and end in tokenizer.eos_token_ids
     assert end not in ours.tokenizer.eos_token_ids  # without the template, only <eos> stops
 
 
 @real_file
 @pytest.mark.parametrize("chat", CHATS)
-def test_a_chat_prompt_has_llama_cpp_token_ids(ours, llama, chat):
+def test_a_chat_prompt_has_llama_cpp_token_ids(ours, llama, gemma3_template, chat):
     """The rendered text, control tokens matched whole (special=True); its own BOS."""
-    tokenizer = ours.tokenizer.with_chat_template(chat_template(GEMMA3))
+    tokenizer = ours.tokenizer.with_chat_template(gemma3_template)
     text = render_chat(CHATS[chat], tokenizer.chat_template,
                        bos_token=tokenizer.config.bos_token)
     expected = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
