@@ -1,4 +1,4 @@
-"""Chat with a model whose tokenizer carries a chat template (any, with jinja2; ChatML without).
+"""Chat through the model's chat template or one given (any, with jinja2; ChatML without).
 
     minillm fetch smollm2-135m-instruct
     minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
