@@ -28,6 +28,7 @@ whether a plain prompt starts with BOS and ends with EOS, and the chat template.
 """
 
 import codecs
+import copy
 from dataclasses import replace
 import re
 
@@ -134,6 +135,13 @@ class Tokenizer:
     def chat_template(self):
         """The chat template (Jinja text), or None."""
         return self.config.chat_template
+
+    def with_chat_template(self, template):
+        """This tokenizer with ``template`` as its chat template (a copy; this one keeps its
+        own): for a model whose file carries none, or to render with another."""
+        other = copy.copy(self)
+        other.config = replace(self.config, chat_template=template)
+        return other
 
     @property
     def eos_token_ids(self):

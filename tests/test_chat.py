@@ -208,6 +208,33 @@ def test_end_of_turn_tokens_the_template_writes_stop_a_reply():
     assert Tokenizer(vocab, [], added, config=config).eos_token_ids == (257, 258)
 
 
+def turn_tokenizer(template=None):
+    """Bytes, <bos>, <eos> and Gemma's turn markers; ``template``: its chat template."""
+    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    added = [{"id": 256 + i, "content": text, "special": True}
+             for i, text in enumerate(["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"])]
+    config = TokenizerConfig(bos_token="<bos>", eos_token="<eos>", add_bos_token=True,
+                             chat_template=template)
+    return Tokenizer(vocab, [], added, config=config)
+
+
+# A template in Gemma's shape (not Gemma's own: tests/peers hold that one).
+TURNS_TEMPLATE = ("{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\n' + m['content']"
+                  " + '<end_of_turn>\n' }}{% endfor %}"
+                  "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
+
+
+def test_a_template_given_to_a_tokenizer_without_one_renders_and_stops_at_its_turn_end(jinja):
+    bare = turn_tokenizer()
+    tok = bare.with_chat_template(TURNS_TEMPLATE)
+    assert bare.chat_template is None and bare.eos_token_ids == (257,)  # the copy only changed
+    assert tok.chat_template == TURNS_TEMPLATE and tok.eos_token_ids == (257, 259)
+    assert chat_prompt_ids(tok, [USER]) == [256] + tok.encode(
+        "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n")
+    with pytest.raises(ValueError, match="no chat template"):
+        chat_prompt_ids(bare, [USER])
+
+
 def test_common_prefix_length_examples():
     assert common_prefix_length([], [1, 2]) == 0
     assert common_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 3

@@ -98,11 +98,53 @@ def test_the_chat_command_streams_each_reply_and_reuses_the_cache(tmp_path, monk
     assert out.count("\n") >= 2
 
 
-def test_the_chat_command_refuses_a_model_without_a_chat_template(capsys):
+def test_the_chat_command_refuses_a_model_without_a_chat_template(tmp_path, capsys):
     from minillm.cli import main
 
     assert main(["chat", "--model_path", "weights/target.npz"]) == 2
-    assert "chat template" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "minillm chat: error: --model_path: weights/target.npz has no chat template in its "
+        "tokenizer; give one with --template FILE (a Jinja chat template)\n")
+    assert main(["chat", "--model_path", "weights/target.npz", "--template", "no.jinja"]) == 2
+    assert capsys.readouterr().err == ("minillm chat: error: --template: cannot read no.jinja: "
+                                       "No such file or directory\n")
+    (tmp_path / "latin1.jinja").write_bytes("{{ '\u00e9' }}".encode("latin-1"))
+    assert main(["chat", "--model_path", "weights/target.npz", "--template",
+                 str(tmp_path / "latin1.jinja")]) == 2
+    assert capsys.readouterr().err == (f"minillm chat: error: --template: "
+                                       f"{tmp_path / 'latin1.jinja'} is not UTF-8 text\n")
+
+
+def test_the_chat_command_renders_with_a_template_file_and_stops_at_its_turn_end(
+        tmp_path, monkeypatch, capsys):
+    import io
+    import types
+
+    import minillm.conversation as conversation
+    from minillm.cli import main
+    from tests.test_chat import TURNS_TEMPLATE, turn_tokenizer
+
+    pytest.importorskip("jinja2")
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=260, context_length=512, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=5)
+    model.tokenizer = turn_tokenizer()  # no template of its own
+    minillm.save(model, tmp_path / "m.npz")
+    (tmp_path / "turns.jinja").write_text(TURNS_TEMPLATE, encoding="utf-8")
+    real, calls = conversation.respond, []
+
+    def respond(*args, **kwargs):
+        calls.append(types.SimpleNamespace(prompt=list(args[1]), config=args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conversation, "respond", respond)
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+    assert main(["chat", "--model_path", str(tmp_path / "m.npz"), "--template",
+                 str(tmp_path / "turns.jinja"), "--temperature", "0",
+                 "--max_new_tokens", "3"]) == 0
+    tokenizer = turn_tokenizer(TURNS_TEMPLATE)
+    assert calls[0].prompt == chat_prompt_ids(tokenizer, [USER])
+    assert calls[0].config.stop_tokens == (257, 259)  # <eos>, and <end_of_turn> it writes
 
 
 @pytest.fixture

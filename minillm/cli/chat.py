@@ -1,8 +1,9 @@
-"""Chat with a model whose tokenizer carries a chat template (any, with jinja2; ChatML without).
+"""Chat through the model's chat template or one given (any, with jinja2; ChatML without).
 
     minillm fetch smollm2-135m-instruct
     minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
     minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
+    minillm chat --model_path gemma3-270m --template chat_template.jinja   # a file without one
 
 Type a message and press Enter; an empty line, end of input (Ctrl-D) or Ctrl-C at the prompt
 ends the chat, and Ctrl-C during a reply stops that reply and returns to the prompt. Each
@@ -11,6 +12,10 @@ that the new prompt still begins with, reads only the rest, and streams the repl
 token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id|>,
 <end_of_turn>, ...), a --stop text (not printed, and not kept in the conversation) or
 --max_new_tokens. The prompt starts with BOS when the tokenizer asks.
+
+A model whose file carries no chat template (Gemma 3 270M, a base model, is one) chats only
+with --template FILE, a Jinja chat template such as the instruction-tuned model's: it takes the
+place of the model's own, and its end-of-turn tokens stop the replies.
 """
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ def add_arguments(parser) -> None:
     add_model_argument(parser, required=True)
     parser.add_argument("--system", default=None, metavar="TEXT",
                         help="a system message (default: the template's own, if it has one)")
+    parser.add_argument("--template", default=None, metavar="FILE",
+                        help="a Jinja chat template (UTF-8 text) to use instead of the model's "
+                             "own, e.g. for a model whose file has none")
     add_knob_arguments(parser)  # --max_new_tokens: the longest reply
     add_stop_argument(parser)
     parser.add_argument("--int8", action="store_true",
@@ -39,10 +47,17 @@ def run(args) -> int:
     from ..request import generation_config
     from ..stopping import cut_at_stop
 
+    # The template file is read first: a bad path is told before the model's slow load.
+    template = None if args.template is None else read_template(args.template)
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise UsageError("--model_path: this model has no tokenizer, so it cannot chat")
+    if template is not None:
+        tokenizer = tokenizer.with_chat_template(template)
+    elif tokenizer.chat_template is None:
+        raise UsageError(f"--model_path: {args.model_path} has no chat template in its "
+                         "tokenizer; give one with --template FILE (a Jinja chat template)")
     stops = list(tokenizer.eos_token_ids)
     config = generation_config(None, model, **knobs_of(args), stop_tokens=stops,
                                stop_strings=args.stop)
@@ -80,3 +95,14 @@ def run(args) -> int:
         print(f"[{stopped}{len(prompt)} prompt tokens, {reused} reused from the "
               f"cache; {len(reply)} new tokens, {len(reply) / seconds:.1f} tokens/s]",
               file=sys.stderr)
+
+
+def read_template(path) -> str:
+    """The text of a chat template file; a missing or unreadable file is a one-line error."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as error:
+        raise UsageError(f"--template: cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--template: {path} is not UTF-8 text") from None

