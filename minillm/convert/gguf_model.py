@@ -1,6 +1,7 @@
 """A minillm Model from a GGUF file of the Llama family (llama, mistral, qwen2), Gemma 3 or GPT-2.
 
     model = model_from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")    # float32, dequantized
+    model = model_from_gguf(path, int8=True)    # linear weights int8, as minillm.quantize's
 
 The config comes from the `{arch}.*` metadata, the vocabulary size from the token embedding's
 rows. Tensors are dequantized to float (minillm.quantize can quantize them again, to its own
@@ -84,9 +85,10 @@ GGUF_NAMES = {
 }
 
 
-def model_from_gguf(source, dtype="float32", tokenizer=True):
+def model_from_gguf(source, dtype="float32", tokenizer=True, int8=False):
     """A Model from a GGUF path or a GGUFFile from read_gguf, with the tokenizer (and its chat
-    template) that the file's metadata describes, when it describes one and `tokenizer`.
+    template) that the file's metadata describes, when it describes one and `tokenizer`; int8:
+    each linear weight quantized as soon as it is dequantized (from_state_dict).
 
     Nothing is dequantized before the metadata and the tensor table agree: the config is read
     and bounded (config_from_gguf), every tensor it needs is present with the shape it needs
@@ -107,7 +109,8 @@ def model_from_gguf(source, dtype="float32", tokenizer=True):
             del tok
         naming = Naming(GGUF_NAMES, interleaved_rope=ARCHITECTURES[arch])
         return from_state_dict(Dequantized(gguf.tensors), config, naming=naming, dtype=dtype,
-                               tokenizer_json=tok_json, tokenizer_config_json=tok_config_json)
+                               tokenizer_json=tok_json, tokenizer_config_json=tok_config_json,
+                               int8=int8)
     except ValueError as e:  # WeightsError included: one line, naming the file
         raise WeightsError(f"{gguf.path}: {e}") from None
 
