@@ -239,7 +239,7 @@ def _read_tensor(name, shape, entries):
     return value
 
 
-def all_finite(x: np.ndarray, step: int = 1 << 20) -> bool:
+def all_finite(x: np.ndarray, step: int = 1 << 16) -> bool:
     """np.isfinite(x).all(), `step` values at a time: checked whole, a tensor would need a
     bool array of its own size beside it (160 MiB for Gemma 3's embedding)."""
     flat = x.ravel(order="K")  # a view of a contiguous array, in either order
