@@ -115,6 +115,8 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             fetch = not args.no_fetch and prepare_fetch(name, gguf, folder)
+            if not args.no_fetch and not fetch:
+                print(f"| {name} | fetch | left out: no terms of use beside {gguf} | |")
             for label, shown, code in cases(name, gguf, folder, fetch):
                 result = run_child(code, tree)
                 print(f"| {name} | {label} | `{shown}` | {result['peak']:,.0f} MiB |",
