@@ -46,7 +46,10 @@ def quantize_rows(w, bits: int = 8, group_size: int | None = None):
     groups = w.astype(np.float64).reshape(out_features, in_features // size, size)  # (out, G, g)
     scale = (np.abs(groups).max(axis=-1) / qmax).astype(np.float32)  # (out, G)
     scale[scale == 0] = 1.0  # an all-zero group (or one whose scale underflows)
-    q = np.clip(np.rint(groups / scale[..., None]), -qmax, qmax).astype(np.int8)
+    # W / s, rounded and clipped in place in the float64 copy: one temporary, not three.
+    np.divide(groups, scale[..., None], out=groups)
+    np.clip(np.rint(groups, out=groups), -qmax, qmax, out=groups)
+    q = groups.astype(np.int8)
     return q.reshape(out_features, in_features), (scale[:, 0] if group_size is None else scale)
 
 
@@ -142,12 +145,19 @@ def quantize(model, skip=("lm_head",), bits: int = 8, group_size: int | None = N
     stays tied. Position embeddings, norms and biases always stay float. Already quantized
     weights are kept as they are.
     """
+    params = {name: quantize_param(name, value, skip, bits, group_size, embeddings)
+              for name, value in model.params.items()}
+    return dataclasses.replace(model, params=params)
+
+
+def quantize_param(name: str, value, skip=("lm_head",), bits: int = 8,
+                   group_size: int | None = None, embeddings: bool = False):
+    """One parameter as `quantize` keeps it: a QuantizedWeight if `quantize` quantizes it,
+    else the value itself. A converter calls it on each tensor as it is built, so that the
+    float model is never whole in memory (minillm.convert.from_state_dict's int8)."""
     if isinstance(skip, str):
         skip = (skip,)
-    params = {}
-    for name, value in model.params.items():
-        wanted = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
-        if wanted and not isinstance(value, QuantizedWeight) and not name.startswith(tuple(skip)):
-            value = QuantizedWeight.from_float(value, bits, group_size)
-        params[name] = value
-    return dataclasses.replace(model, params=params)
+    wanted = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
+    if wanted and not isinstance(value, QuantizedWeight) and not name.startswith(tuple(skip)):
+        return QuantizedWeight.from_float(value, bits, group_size)
+    return value

@@ -36,7 +36,7 @@ def save(model: Model, path) -> None:
         arrays[TOKENIZER_KEY] = np.array(model.tokenizer.to_json())
         arrays[TOKENIZER_CONFIG_KEY] = np.array(model.tokenizer.config.to_json())
     for name, value in model.params.items():
-        arrays.update(_tensor_entries(name, value))
+        arrays.update(tensor_entries(name, value))
     write_replacing(path, lambda f: np.savez(f, **arrays))
 
 
@@ -80,7 +80,7 @@ def current_umask() -> int:
     return mask
 
 
-def _tensor_entries(name, value) -> dict:
+def tensor_entries(name, value) -> dict:
     """The file entries for one parameter: a quantized weight's parts, or the array itself
     (np.asarray also reads a weight the fast path prepared)."""
     if isinstance(value, QuantizedWeight):
@@ -144,22 +144,23 @@ def _read_entry(archive, name, path) -> np.ndarray:
         raise WeightsError(f"{path}: entry {name!r} cannot be read ({e})") from None
 
 
-def model_from_entries(entries: dict[str, np.ndarray]) -> Model:
-    """Check a dict of file entries against the format and build the Model."""
+def model_from_entries(entries: dict[str, np.ndarray], tokenizer=None) -> Model:
+    """Check a dict of file entries against the format and build the Model. `tokenizer`: one
+    read already by read_tokenizer, for entries that hold none."""
     entries = dict(entries)
     _check_version(entries.pop(VERSION_KEY, None))
     config = _read_config(entries.pop(CONFIG_KEY, None))
     tokenizer_json = entries.pop(TOKENIZER_KEY, None)
     tokenizer_config = entries.pop(TOKENIZER_CONFIG_KEY, None)
+    if tokenizer is None:
+        tokenizer = read_tokenizer(
+            None if tokenizer_json is None else _read_string(tokenizer_json, TOKENIZER_KEY),
+            None if tokenizer_config is None else _read_string(tokenizer_config,
+                                                                TOKENIZER_CONFIG_KEY))
     params = _read_tensors(entries, parameter_shapes(config))
-    tokenizer = None
-    if tokenizer_config is not None and tokenizer_json is None:
-        raise WeightsError(f"{TOKENIZER_CONFIG_KEY!r} without {TOKENIZER_KEY!r}")
-    if tokenizer_json is not None:
-        tokenizer = _read_tokenizer(tokenizer_json, tokenizer_config)
-        if len(tokenizer) > config.vocab_size:
-            raise WeightsError(f"tokenizer: {len(tokenizer)} tokens do not fit the model's "
-                               f"vocab_size {config.vocab_size}")
+    if tokenizer is not None and len(tokenizer) > config.vocab_size:
+        raise WeightsError(f"tokenizer: {len(tokenizer)} tokens do not fit the model's "
+                           f"vocab_size {config.vocab_size}")
     return Model(config, params, tokenizer)
 
 
@@ -189,15 +190,19 @@ def _read_config(value) -> ModelConfig:
         raise WeightsError(f"bad config: {e}") from None
 
 
-def _read_tokenizer(value, config_value=None):
-    """The tokenizer from its tokenizer.json entry and, if present, its tokenizer config."""
+def read_tokenizer(tokenizer_json: str | None, tokenizer_config_json: str | None = None):
+    """The tokenizer of a file's tokenizer.json text and, if present, its tokenizer config
+    text, as `load` reads them; None without a tokenizer.json."""
     from .tokenizer import Tokenizer, TokenizerConfig
 
-    config = None
+    if tokenizer_json is None:
+        if tokenizer_config_json is not None:
+            raise WeightsError(f"{TOKENIZER_CONFIG_KEY!r} without {TOKENIZER_KEY!r}")
+        return None
     try:
-        if config_value is not None:
-            config = TokenizerConfig.from_json(_read_string(config_value, TOKENIZER_CONFIG_KEY))
-        return Tokenizer.from_json(_read_string(value, TOKENIZER_KEY), config)
+        config = (None if tokenizer_config_json is None
+                  else TokenizerConfig.from_json(tokenizer_config_json))
+        return Tokenizer.from_json(tokenizer_json, config)
     except (ValueError, KeyError, TypeError) as e:
         raise WeightsError(f"bad tokenizer: {e}") from None
 
@@ -229,9 +234,17 @@ def _read_tensor(name, shape, entries):
                            "float64")
     if value.shape != shape:
         raise WeightsError(f"tensor {name!r} has shape {value.shape}; expected {shape}")
-    if not np.isfinite(value).all():
+    if not all_finite(value):
         raise WeightsError(f"tensor {name!r} holds non-finite values (NaN or inf)")
     return value
+
+
+def all_finite(x: np.ndarray, step: int = 1 << 16) -> bool:
+    """np.isfinite(x).all(), `step` values at a time: checked whole, a tensor would need a
+    bool array of its own size beside it (160 MiB for Gemma 3's embedding)."""
+    flat = x.ravel(order="K")  # a view of a contiguous array, in either order
+    return all(np.isfinite(flat[start:start + step]).all()
+               for start in range(0, flat.size, step))
 
 
 def _consumed(params) -> set:

@@ -239,6 +239,18 @@ def test_a_missing_file_is_a_clear_error(tmp_path):
         read_gguf(tmp_path / "absent.gguf")
 
 
+def test_tensor_data_is_read_from_the_file_when_asked_for(tmp_path):
+    """The data is read when a tensor is asked for, not kept from the header's reading: a file
+    cut short since then is one error naming the tensor."""
+    w = np.arange(64, dtype=np.float32).reshape(2, 32)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(gguf_bytes([], [("w", w.shape, F32, w.tobytes())]))
+    gguf = read_gguf(path)
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(WeightsError, match="tensor 'w': the file ends before its data does"):
+        gguf.tensors["w"].numpy()
+
+
 @settings(max_examples=60)
 @given(data=st.data())
 def test_a_damaged_file_is_read_or_refused_never_a_crash(data):

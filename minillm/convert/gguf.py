@@ -1,4 +1,4 @@
-"""Reading GGUF files (llama.cpp's format), versions 2 and 3, in NumPy; tensors read lazily.
+"""Reading GGUF files (llama.cpp's format), versions 2 and 3, in NumPy; tensors read when used.
 
     gguf = read_gguf("model.gguf")
     gguf.metadata["llama.block_count"]           # 30
@@ -19,8 +19,13 @@ the elements (arrays of strings and of arrays too). Dims are listed fastest-vary
 (rows, columns) matrix is stored as [columns, rows]: the NumPy shape is the reversed list.
 
 The file is untrusted: every count and length is checked against the bytes left before anything
-is allocated, and a malformed file is one WeightsError naming the problem. The tensor data is
-memory-mapped, so reading the header costs no more than the header's size.
+is allocated, and a malformed file is one WeightsError naming the problem.
+
+Memory. The header is parsed through a memory map, closed once the header is read. A tensor's
+data is read from the file when the tensor is asked for, with plain reads, a slice of blocks at
+a time decoded straight into the array that is kept (gguf_quants.dequantize_from): the pages of
+a mapped file would count in the process's resident memory as they are read, the whole file's
+by the end of a conversion (241 MiB for Gemma 3 270M, docs/CONVERT.md).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import numpy as np
 
 from ..weights import WeightsError
 from .gguf_metadata import read
-from .gguf_quants import check_type, dequantize, tensor_nbytes, type_name
+from .gguf_quants import check_type, dequantize_from, tensor_nbytes, type_name
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -51,21 +56,31 @@ _MIN_BYTES = {**{t: struct.calcsize(f) for t, f in SCALARS.items()}, STRING: 8, 
 
 @dataclass(frozen=True)
 class GGUFTensor:
-    """One tensor: NumPy-order shape, ggml type id, and its raw bytes (a view of the mapped
-    file, not read until used)."""
+    """One tensor: NumPy-order shape, ggml type id, and where its bytes lie in the file (not
+    read until used)."""
 
     name: str
     shape: tuple
     ggml_type: int
-    raw: np.ndarray  # uint8, (nbytes,)
+    path: str
+    start: int  # the offset of its first byte in the file
+    nbytes: int
 
     @property
     def type_name(self) -> str:
         return type_name(self.ggml_type)
 
     def numpy(self) -> np.ndarray:
-        """The values as a new float32 array of `shape`."""
-        return dequantize(self.raw, self.ggml_type, self.shape)
+        """The values as a new float32 array of `shape`, read and decoded a slice at a time."""
+        with open(self.path, "rb") as f:
+            def read(start, stop):
+                f.seek(self.start + start)
+                data = f.read(stop - start)
+                if len(data) != stop - start:  # the file shrank since its header was read
+                    raise WeightsError(f"tensor {self.name!r}: the file ends before its "
+                                       "data does")
+                return np.frombuffer(data, dtype=np.uint8)
+            return dequantize_from(read, self.ggml_type, self.shape)
 
 
 @dataclass(frozen=True)
@@ -85,11 +100,13 @@ def read_gguf(path) -> GGUFFile:
         size = os.fstat(f.fileno()).st_size
         if size < 4:
             raise WeightsError(f"{path}: truncated header: the file has {size} bytes")
-        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays open after f closes
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         return _parse(buf, path)
     except WeightsError as e:
         raise WeightsError(f"{path}: {e}") from None
+    finally:
+        buf.close()  # every value read from it is a copy
 
 
 def is_gguf(path) -> bool:
@@ -136,13 +153,14 @@ def _parse(buf, path) -> GGUFFile:
     for name, shape, ggml_type, offset in infos:
         if name in tensors:
             raise WeightsError(f"tensor {name!r} appears twice")
-        tensors[name] = _tensor(buf, name, shape, ggml_type, offset, data_start, alignment)
-        if tensors[name].raw.size:  # as ggml: the data regions follow the table's order
+        tensors[name] = _tensor(buf, path, name, shape, ggml_type, offset, data_start,
+                                alignment)
+        if tensors[name].nbytes:  # as ggml: the data regions follow the table's order
             if offset < end:
                 raise WeightsError(f"tensor {name!r}: data at offset {offset} overlaps or "
                                    f"precedes the data of tensor {previous!r}, which ends at "
                                    f"{end}; the regions must follow the table's order")
-            end, previous = offset + tensors[name].raw.size, name
+            end, previous = offset + tensors[name].nbytes, name
     return GGUFFile(path, version, metadata, tensors)
 
 
@@ -235,8 +253,8 @@ def _tensor_info(buf, pos):
     return (name, tuple(reversed(dims)), ggml_type, offset), pos
 
 
-def _tensor(buf, name, shape, ggml_type, offset, data_start, alignment) -> GGUFTensor:
-    """Check a tensor's type, size and place against the file; map its bytes."""
+def _tensor(buf, path, name, shape, ggml_type, offset, data_start, alignment) -> GGUFTensor:
+    """Check a tensor's type, size and place against the file."""
     try:
         check_type(ggml_type)
         nbytes = tensor_nbytes(ggml_type, shape)
@@ -250,7 +268,5 @@ def _tensor(buf, name, shape, ggml_type, offset, data_start, alignment) -> GGUFT
         raise WeightsError(f"tensor {name!r}: {type_name(ggml_type)} data of shape {shape} "
                            f"({nbytes} bytes at offset {start}) runs past the end of the file "
                            f"({len(buf)} bytes)")
-    raw = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=start) if nbytes else \
-        np.zeros(0, dtype=np.uint8)
-    return GGUFTensor(name, shape, ggml_type, raw)
+    return GGUFTensor(name, shape, ggml_type, path, start, nbytes)
 

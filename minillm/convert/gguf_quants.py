@@ -215,7 +215,7 @@ def decode_q6_k(blocks) -> np.ndarray:
 # --- the table ---------------------------------------------------------------------------------
 
 # ggml type id (as numbered in the GGUF spec) -> (name, values per block, bytes per block,
-# decoder). The plain floats are "blocks" of one value whose decoder takes the raw bytes.
+# decoder). The plain floats are "blocks" of one value (4 or 2 bytes).
 GGML_TYPES = {
     0: ("F32", 1, 4, decode_f32),
     1: ("F16", 1, 2, decode_f16),
@@ -275,14 +275,23 @@ def dequantize(raw, ggml_type: int, shape) -> np.ndarray:
     if raw.size != expected:
         raise ValueError(f"a {type_name(ggml_type)} tensor of shape {shape} has {expected} "
                          f"bytes, got {raw.size}")
+    return dequantize_from(lambda start, stop: raw[start:stop], ggml_type, shape)
+
+
+def dequantize_from(read, ggml_type: int, shape) -> np.ndarray:
+    """float32 values of `shape` from a tensor of `ggml_type` whose bytes [start, stop) are
+    read(start, stop), a 1-D uint8 array.
+
+    A slice of blocks (DECODE_VALUES values) is read and decoded at a time, into the array that
+    is kept: the raw bytes held and the decoders' temporaries (several times a slice's values)
+    stay small however large the tensor.
+    """
     _, block_values, block_bytes, decode = GGML_TYPES[ggml_type]
-    if block_values == 1:  # plain floats
-        return decode(raw).reshape(shape)
-    # Decoded a slice of blocks at a time into the array that is kept: the decoders'
-    # temporaries (several times a slice's values) stay small however large the tensor.
-    blocks = raw.reshape(-1, block_bytes)
-    out = np.empty((len(blocks), block_values), dtype=np.float32)
+    out = np.empty(shape, dtype=np.float32)
+    blocks_out = out.reshape(-1, block_values)  # (n blocks, values per block), a view
     step = max(1, DECODE_VALUES // block_values)
-    for start in range(0, len(blocks), step):
-        out[start:start + step] = decode(blocks[start:start + step])
-    return out.reshape(shape)
+    for start in range(0, len(blocks_out), step):
+        stop = min(start + step, len(blocks_out))
+        blocks = read(start * block_bytes, stop * block_bytes).reshape(-1, block_bytes)
+        blocks_out[start:stop] = decode(blocks).reshape(-1, block_values)
+    return out

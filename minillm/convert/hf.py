@@ -87,12 +87,12 @@ def tokenizer_support() -> bool:
     return importlib.util.find_spec("minillm.tokenizer") is not None
 
 
-def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True):
+def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True, int8=False):
     """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model.
 
     With tokenizer.json come, when present, tokenizer_config.json (special tokens,
     add_bos_token, chat template) and chat_template.jinja. tokenizer=False leaves them out
-    (minillm reads byte-level BPE tokenizers only).
+    (minillm reads byte-level BPE tokenizers only). int8: as from_state_dict's.
     """
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         config = config_from_hf(json.load(f))
@@ -106,7 +106,7 @@ def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True):
         _check_tokenizer(tokenizer_json, tokenizer_config_json, tokenizer_path)
     return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
                            tokenizer_json=tokenizer_json,
-                           tokenizer_config_json=tokenizer_config_json)
+                           tokenizer_config_json=tokenizer_config_json, int8=int8)
 
 
 def _read_tokenizer_config(folder):
@@ -205,25 +205,27 @@ def export_hf(model, out_dir) -> None:
             f.write(model.tokenizer.to_json())
 
 
-def convert(src, naming="auto", config=None, dtype="float32", tokenizer=True):
+def convert(src, naming="auto", config=None, dtype="float32", tokenizer=True, int8=False):
     """A Model from a Hugging Face folder, a GGUF file (recognised by its suffix or its first
     bytes), or a checkpoint file and its ModelConfig (which a nanoGPT or llama2.c training
-    checkpoint carries as `model_args`)."""
+    checkpoint carries as `model_args`). int8: the linear weights quantized as
+    minillm.quantize(model) would, each as soon as it is read (from_state_dict)."""
     src = os.fspath(src)
     if os.path.isdir(src):
         if config is not None:
             raise ValueError("config: a Hugging Face folder carries its own config.json")
-        return from_hf_folder(src, dtype=dtype, naming=naming, tokenizer=tokenizer)
+        return from_hf_folder(src, dtype=dtype, naming=naming, tokenizer=tokenizer,
+                              int8=int8)
     if not os.path.exists(src):
         raise ValueError(f"{src}: no such file or folder")
     if src.endswith(".gguf") or is_gguf(src):
         if config is not None or naming != "auto":
             raise ValueError("config, naming: a GGUF file carries its own config and names")
-        return model_from_gguf(src, dtype=dtype, tokenizer=tokenizer)
+        return model_from_gguf(src, dtype=dtype, tokenizer=tokenizer, int8=int8)
     state_dict, model_args = _read_checkpoint(src)
     if config is None and model_args is not None:  # a nanoGPT or llama2.c training checkpoint
         config = config_from_model_args(model_args, state_dict)
     if config is None:
         raise ValueError(f"config: {os.path.basename(src)} holds weights only; give the model's "
                          "config (a minillm config JSON or a Hugging Face config.json)")
-    return from_state_dict(state_dict, config, naming=naming, dtype=dtype)
+    return from_state_dict(state_dict, config, naming=naming, dtype=dtype, int8=int8)

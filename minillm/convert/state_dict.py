@@ -6,6 +6,11 @@ The steps, for every tensor of docs/FORMAT.md:
      rows of an interleaved-RoPE checkpoint to the half-split convention;
   3. fuse: qkv = [q; k; v] rows, gate_up = [gate; up] rows;
   4. check that every source entry was used, and build the Model (the .npz checks apply).
+
+Memory: the tokenizer is read first, then each tensor is read, laid out and fused in turn
+(with int8, quantized at once, minillm.quantize's rule), so that a conversion holds the arrays
+it keeps plus the tensor at hand; a source that reads its tensors when asked (a GGUF file)
+is then never whole in memory beside them.
 """
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ import json
 import numpy as np
 
 from ..config import ModelConfig
-from ..weights import (CONFIG_KEY, FORMAT_VERSION, TOKENIZER_CONFIG_KEY, TOKENIZER_KEY,
-                       VERSION_KEY, model_from_entries, parameter_shapes)
+from ..quantize import quantize_param
+from ..weights import (CONFIG_KEY, FORMAT_VERSION, VERSION_KEY, model_from_entries,
+                       parameter_shapes, read_tokenizer, tensor_entries)
 from .naming import detect_naming, get_naming, interleaved_to_half, is_ignored, strip_prefixes
 
 # The unfused parts a canonical tensor can be built from, in the order of its rows.
@@ -40,14 +46,15 @@ def to_numpy(value, dtype) -> np.ndarray:
 
 def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype="float32",
                     tokenizer_json: str | None = None,
-                    tokenizer_config_json: str | None = None):
+                    tokenizer_config_json: str | None = None, int8: bool = False):
     """Build a minillm Model from `state_dict` ({name: array or tensor}) and its `config`.
 
     naming: "auto" (recognise the layout), a table name ("nanogpt", "hf-gpt2", "hf-llama",
     "meta" for interleaved-RoPE Meta / llama2.c checkpoints), or a dict {piece: source name}
     with `{i}` for the layer index, e.g. {"layers.{i}.attn.qkv.weight": "blocks.{i}.qkv.weight"}.
     A source entry that the table does not map, or a tensor the config needs that the source
-    lacks, is a ValueError listing the names.
+    lacks, is a ValueError listing the names. int8: each linear weight quantized as
+    minillm.quantize(model) would (the same bits), as soon as it is built.
     """
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config: expected a minillm.ModelConfig, got {type(config).__name__}")
@@ -56,6 +63,9 @@ def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype=
     table = get_naming(naming)
     sources = strip_prefixes(state_dict, table)  # stripped name -> original key
     used = set()
+    # Read first, its temporaries gone before the model's arrays come (a 262,144-token
+    # vocabulary's reach hundreds of MiB).
+    tokenizer = read_tokenizer(tokenizer_json, tokenizer_config_json)
 
     def read(piece: str, layer: int | None):
         """The source array for one piece, in minillm's (out, in) layout, or None if unmapped."""
@@ -81,13 +91,11 @@ def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype=
         layer, piece = _split_layer(canonical)
         w = read(piece, layer)
         if w is None and piece in _PARTS:
-            parts = [read(part, layer) for part in _PARTS[piece]]
-            if all(p is not None for p in parts):
-                w = np.concatenate(parts, axis=0)
+            w = _fused([read(part, layer) for part in _PARTS[piece]])  # the parts then go
         if w is None:
             missing.append(_source_names(table, canonical, piece, layer))
             continue
-        params[canonical] = w
+        params[canonical] = quantize_param(canonical, w) if int8 else w
     if missing:
         raise ValueError(f"state_dict: missing tensor(s) {', '.join(missing[:10])}"
                          + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
@@ -100,11 +108,16 @@ def from_state_dict(state_dict: dict, config: ModelConfig, naming="auto", dtype=
                          f" not mapped by the naming table: {', '.join(unmapped[:10])}"
                          + (" ..." if len(unmapped) > 10 else ""))
     entries = {VERSION_KEY: np.array(FORMAT_VERSION), CONFIG_KEY: np.array(config.to_json())}
-    if tokenizer_json is not None:
-        entries[TOKENIZER_KEY] = np.array(tokenizer_json)
-    if tokenizer_config_json is not None:
-        entries[TOKENIZER_CONFIG_KEY] = np.array(tokenizer_config_json)
-    return model_from_entries({**entries, **params})
+    for name, value in params.items():
+        entries.update(tensor_entries(name, value))
+    return model_from_entries(entries, tokenizer)
+
+
+def _fused(parts):
+    """The parts' rows stacked in order (qkv = [q; k; v]), or None when a part is missing."""
+    if any(p is None for p in parts):
+        return None
+    return np.concatenate(parts, axis=0)
 
 
 def _split_layer(canonical: str):
