@@ -268,6 +268,10 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
 # (docs/PERFORMANCE.md, "Tiled attention and long texts"; bench.studies.tiled_attention).
 QUERY_ROWS = 64
 SCORE_ENTRIES = 2 ** 19
+# exp(s - c) is computed without moving the shift c while every score s <= c + EXP_RANGE: at
+# most e^32 a term, far from float32's overflow (e^88) even summed over 2^20 keys times values
+# of 10^6 (`_running_softmax`).
+EXP_RANGE = 32.0
 
 
 def causal_attention(q, k, v, mask=None, scale=None):
@@ -278,16 +282,17 @@ def causal_attention(q, k, v, mask=None, scale=None):
     past S - T + t. A block of queries [t0, t1) is therefore scored against keys
     [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken
     a block at a time with the running ("online") softmax (Milakov & Gimelshein 2018;
-    FlashAttention, Dao et al. 2022): with m the running maximum of a query's scores, l its
-    running sum of exp(s - m) and a its running sum of exp(s - m) v, a block of scores s_J
-    moves them to
+    FlashAttention, Dao et al. 2022): with c a query's shift, l its running sum of exp(s - c)
+    and a its running sum of exp(s - c) v, a block of scores s_J moves them to
 
-        m' = max(m, max_J s_j),   c = exp(m - m'),
-        l' = c l + sum_J exp(s_j - m'),   a' = c a + sum_J exp(s_j - m') v_j,
+        l' = r l + sum_J exp(s_j - c'),   a' = r a + sum_J exp(s_j - c') v_j,   r = exp(c - c'),
 
     and the output is a / l once every block is in: the same softmax, its sums split in parts.
+    The shift only keeps exp in range; FlashAttention moves it to the running maximum at every
+    block, this one only when a score would leave that range (`_running_softmax`), so that
+    for the scores models produce the shift stays 0: nothing is subtracted, nothing rescaled.
     l rides along with a as one more column, [a, l]: for a block of many queries, V gets a
-    column of ones, so that one product exp(s - m') [V, 1] gives both sums and the scores are
+    column of ones, so that one product exp(s - c') [V, 1] gives both sums and the scores are
     not read again to add them up (V is copied once per call for that, which for a few queries
     would copy the cache at every decoding step: they add up the scores instead).
     Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
@@ -315,13 +320,13 @@ def causal_attention(q, k, v, mask=None, scale=None):
         n = t1 - t0  # the block's queries, and the keys they may see:
         seen = S if mask is None else S - T + t1
         qb = q[:, :, :, t0:t1].reshape(B, K, group * n, d)
-        m = acc = None
+        shift = acc = None
         for j0 in range(0, seen, step):
             j1 = min(j0 + step, seen)
             scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)  # (B, K, group*n, j1 - j0)
             if mask is not None:
                 _hide(scores.reshape(B, K, group, n, j1 - j0), np.asarray(mask)[..., t0:t1, j0:j1])
-            m, acc = _running_softmax(scores, v[:, :, j0:j1], m, acc, ones)
+            shift, acc = _running_softmax(scores, v[:, :, j0:j1], shift, acc, ones)
         out[:, :, :, t0:t1] = (acc[..., :d] / acc[..., d:]).reshape(B, K, group, n, d)
     return out.reshape(B, H, T, d)
 
@@ -336,25 +341,34 @@ def _hide(scores, visible) -> None:
         np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])  # (B, K, group, n, J)
 
 
-def _running_softmax(scores, v, m, acc, ones: bool):
-    """One block of keys into the running softmax: (m', [a', l']) from (m, [a, l]), None at
-    the first block. scores (B, K, R, J) is overwritten; v (B, K, J, d), or [V, 1]
-    (B, K, J, d + 1) when `ones`."""
-    m_new = scores.max(axis=-1, keepdims=True)  # (B, K, R, 1)
-    if m is not None:
-        np.maximum(m, m_new, out=m_new)
-    # A query that sees no key of the blocks so far has m' = -inf: shift it by 0 instead, so
-    # that its exp(-inf - shift) stays 0 rather than NaN.
-    shift = m_new
-    if m_new.min() == -np.inf:
-        shift = np.where(m_new == -np.inf, 0.0, m_new).astype(scores.dtype, copy=False)
-    scores -= shift
+def _running_softmax(scores, v, shift, acc, ones: bool):
+    """One block of keys into the running sums: (c', [a', l']) from (c, [a, l]), where
+    [a, l] = sum_j exp(s_j - c) [v_j, 1] and c is a query's shift; None: no block yet (for
+    acc), every shift 0 (for shift). scores (B, K, R, J) is overwritten; v (B, K, J, d), or
+    [V, 1] (B, K, J, d + 1) when `ones`.
+
+    softmax(s) = exp(s - c) / sum exp(s - c) for any c: the shift only keeps exp in range.
+    So it stays 0, which saves a pass over the scores and every rescaling, while each query's
+    largest score lies within EXP_RANGE of it; a block that brings a score above c +
+    EXP_RANGE (exp could overflow), or a query's first scores all below c - EXP_RANGE (its
+    sums would underflow to 0), moves that query's shift to its block maximum m, and its sums
+    so far are rescaled by exp(c - m).
+    """
+    m = scores.max(axis=-1, keepdims=True)  # (B, K, R, 1)
+    c = 0.0 if shift is None else shift
+    empty = True if acc is None else acc[..., -1:] == 0  # no weight yet: nothing to rescale
+    moves = ((m > c + EXP_RANGE) | (empty & (m < c - EXP_RANGE))) & (m > -np.inf)
+    if moves.any():
+        shift = np.where(moves, m, c).astype(scores.dtype)
+        if acc is not None:  # a query whose shift came down has no weight: leave it as is
+            acc *= np.exp(np.minimum(c - shift, 0))
+    if shift is not None:
+        scores -= shift
     np.exp(scores, out=scores)
-    block = scores @ v  # (B, K, R, d + 1): [sum exp(s - m') v, sum exp(s - m')]
+    block = scores @ v  # (B, K, R, d + 1): [sum exp(s - c') v, sum exp(s - c')]
     if not ones:
         block = np.concatenate([block, scores.sum(axis=-1, keepdims=True)], axis=-1)
-    if m is None:
-        return m_new, block
-    acc *= np.exp(m - shift)  # c
+    if acc is None:
+        return shift, block
     acc += block
-    return m_new, acc
+    return shift, acc
