@@ -9,19 +9,19 @@ tied output layer in the other layout, int8 widened a block at a time into a reu
 `accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
 already speaks for quantized weights), so that the reference forward pass runs unchanged on
-them; its `next_tokens` makes the decode loop's greedy choice without building the
-distribution. `reference(model)` gives the plain model back. tests/test_fast.py proves the two
+them; its `attend` is the tiled attention of fast_attention.py, and its `next_tokens` makes
+the decode loop's greedy choice without building the distribution. `reference(model)` gives the plain model back. tests/test_fast.py proves the two
 equal; docs/PERFORMANCE.md holds the measurements behind every device
 (`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from .blas import warn_if_oversubscribed
+from .fast_attention import causal_attention
 from .model import Model
 from .quantize import QuantizedWeight, is_linear_weight
 from .sampling import choose
@@ -260,115 +260,3 @@ def blocked_matmul(x, q, scale, y_t, buffer) -> None:
             np.matmul(block, x.T, out=y_t[r0:r1])
     if per_row:
         y_t *= scale[:, None]
-
-
-# -- Causal attention that skips what the mask hides ------------------------------------------
-# Attention is computed a tile at a time: QUERY_ROWS queries of every head against at most
-# SCORE_ENTRIES scores (2 MiB in float32), keys in blocks, softmax running over the blocks
-# (docs/PERFORMANCE.md, "Tiled attention and long texts"; bench.studies.tiled_attention).
-QUERY_ROWS = 64
-SCORE_ENTRIES = 2 ** 19
-# exp(s - c) is computed without moving the shift c while every score s <= c + EXP_RANGE: a
-# term is at most e^48 (7e20), and summed over 2^20 keys times values of 10^6 still 10^5 below
-# float32's largest number (`_running_softmax`).
-EXP_RANGE = 48.0
-
-
-def causal_attention(q, k, v, mask=None, scale=None):
-    """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` for the causal
-    masks a forward pass builds (`masks.positions_and_mask`), computed a tile at a time.
-
-    Causal: with S - T keys cached before the T queries, the mask hides from query t every key
-    past S - T + t. A block of queries [t0, t1) is therefore scored against keys
-    [0, S - T + t1) only: the masked triangle beyond is never computed. Those keys are taken
-    a block at a time with the running ("online") softmax (Milakov & Gimelshein 2018;
-    FlashAttention, Dao et al. 2022): with c a query's shift, l its running sum of exp(s - c)
-    and a its running sum of exp(s - c) v, a block of scores s_J moves them to
-
-        l' = r l + sum_J exp(s_j - c'),   a' = r a + sum_J exp(s_j - c') v_j,   r = exp(c - c'),
-
-    and the output is a / l once every block is in: the same softmax, its sums split in parts.
-    The shift only keeps exp in range; FlashAttention moves it to the running maximum at every
-    block, this one only when a score would leave that range (`_running_softmax`), so that
-    for the scores models produce the shift stays 0: nothing is subtracted, nothing rescaled.
-    l rides along with a as one more column, [a, l]: for a block of many queries, V gets a
-    column of ones, so that one product exp(s - c') [V, 1] gives both sums and the scores are
-    not read again to add them up (V is copied once per call for that, which for a few queries
-    would copy the cache at every decoding step: they add up the scores instead).
-    Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
-    Extra memory: one tile of scores, at most max(SCORE_ENTRIES, B H QUERY_ROWS^2) entries,
-    whatever T and S; keys are read in place (views of the cache, no copy).
-
-    q: (B, H, T, d); k, v: (B, K, S, d) with K dividing H, S >= T; mask: None (every key
-    visible, nothing skipped) or causal booleans broadcastable to (B, 1, 1, T, S), True where
-    a key is visible.
-    Returns (B, H, T, d).
-    """
-    B, H, T, d = q.shape
-    K, S = k.shape[1], k.shape[2]
-    group = H // K
-    rows = min(T, QUERY_ROWS)  # queries per block
-    step = max(rows, SCORE_ENTRIES // (B * H * rows))  # keys per block
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q = (q * scale).reshape(B, K, group, T, d)  # the query heads that share a key head together
-    ones = T >= QUERY_ROWS
-    if ones:
-        v = np.concatenate([v, np.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)  # [V, 1]
-    out = np.empty((B, K, group, T, d), dtype=np.result_type(q, k, v))
-    for t0 in range(0, T, rows):
-        t1 = min(t0 + rows, T)
-        n = t1 - t0  # the block's queries, and the keys they may see:
-        seen = S if mask is None else S - T + t1
-        qb = q[:, :, :, t0:t1].reshape(B, K, group * n, d)
-        shift = acc = None
-        for j0 in range(0, seen, step):
-            j1 = min(j0 + step, seen)
-            scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)  # (B, K, group*n, j1 - j0)
-            if mask is not None:
-                _hide(scores.reshape(B, K, group, n, j1 - j0), np.asarray(mask)[..., t0:t1, j0:j1])
-            shift, acc = _running_softmax(scores, v[:, :, j0:j1], shift, acc, ones)
-        out[:, :, :, t0:t1] = (acc[..., :d] / acc[..., d:]).reshape(B, K, group, n, d)
-    return out.reshape(B, H, T, d)
-
-
-def _hide(scores, visible) -> None:
-    """Set to -inf the scores (..., n, J) of keys the mask hides, visible (n, J) or
-    (B, 1, 1, n, J); only from the first key that some query may not see (the causal
-    diagonal's columns, when nothing is padded)."""
-    hidden_from_some = ~visible.all(axis=-2)  # (..., J)
-    if hidden_from_some.any():
-        first = int(np.argmax(hidden_from_some.reshape(-1, visible.shape[-1]).any(axis=0)))
-        np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])  # (B, K, group, n, J)
-
-
-def _running_softmax(scores, v, shift, acc, ones: bool):
-    """One block of keys into the running sums: (c', [a', l']) from (c, [a, l]), where
-    [a, l] = sum_j exp(s_j - c) [v_j, 1] and c is a query's shift; None: no block yet (for
-    acc), every shift 0 (for shift). scores (B, K, R, J) is overwritten; v (B, K, J, d), or
-    [V, 1] (B, K, J, d + 1) when `ones`.
-
-    softmax(s) = exp(s - c) / sum exp(s - c) for any c: the shift only keeps exp in range.
-    So it stays 0, which saves a pass over the scores and every rescaling, while each query's
-    largest score lies within EXP_RANGE of it; a block that brings a score above c +
-    EXP_RANGE (exp could overflow), or a query's first scores all below c - EXP_RANGE (its
-    sums would underflow to 0), moves that query's shift to its block maximum m, and its sums
-    so far are rescaled by exp(c - m).
-    """
-    m = scores.max(axis=-1, keepdims=True)  # (B, K, R, 1)
-    c = 0.0 if shift is None else shift
-    empty = True if acc is None else acc[..., -1:] == 0  # no weight yet: nothing to rescale
-    moves = ((m > c + EXP_RANGE) | (empty & (m < c - EXP_RANGE))) & (m > -np.inf)
-    if moves.any():
-        shift = np.where(moves, m, c).astype(scores.dtype)
-        if acc is not None:  # a query whose shift came down has no weight: leave it as is
-            acc *= np.exp(np.minimum(c - shift, 0))
-    if shift is not None:
-        scores -= shift
-    np.exp(scores, out=scores)
-    block = scores @ v  # (B, K, R, d + 1): [sum exp(s - c') v, sum exp(s - c')]
-    if not ones:
-        block = np.concatenate([block, scores.sum(axis=-1, keepdims=True)], axis=-1)
-    if acc is None:
-        return shift, block
-    acc += block
-    return shift, acc

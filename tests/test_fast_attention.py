@@ -1,8 +1,9 @@
-"""The tiled causal attention of minillm/fast.py computes what `layers.attention` computes.
+"""The tiled causal attention of minillm/fast_attention.py computes what `layers.attention`
+computes.
 
-`fast.causal_attention(q, k, v, mask)` scores each block of queries against only the keys it
-may see, a block of keys at a time, with a running softmax. Both get the mask a forward pass
-builds (`masks.positions_and_mask`). Hypothesis draws the shapes (batch, key
+`fast_attention.causal_attention(q, k, v, mask)` scores each block of queries against only the
+keys it may see, a block of keys at a time, with a running softmax. Both get the mask a forward
+pass builds (`masks.positions_and_mask`). Hypothesis draws the shapes (batch, key
 heads, query heads per key head), the offset of a cache (`start`, as in decoding and after a
 slide), left padding per row, keys stored as the cache stores them or contiguous, and block
 sizes small enough that every kind of edge occurs: a tile on the causal diagonal, a tile all
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minillm import fast
+from minillm import fast, fast_attention
 from minillm.layers import attention
 from minillm.masks import positions_and_mask
 
@@ -67,9 +68,9 @@ def test_tiled_causal_attention_equals_reference(data):
     q *= loud
     expected = reference(q, k, v, start, pad)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fast, "QUERY_ROWS", rows)
-        patch.setattr(fast, "SCORE_ENTRIES", B * K * group * min(rows, T) * keys)
-        got = fast.causal_attention(q, k, v, mask_of(q, start, pad))
+        patch.setattr(fast_attention, "QUERY_ROWS", rows)
+        patch.setattr(fast_attention, "SCORE_ENTRIES", B * K * group * min(rows, T) * keys)
+        got = fast_attention.causal_attention(q, k, v, mask_of(q, start, pad))
     assert got.shape == expected.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
 
@@ -79,7 +80,7 @@ def test_default_blocks_equal_reference_over_a_long_cache(start, T):
     """The constants as shipped: several query blocks (150 > QUERY_ROWS); 70 queries after
     2,900 cached tokens, whose keys are more than one block at 4 heads; a decoding step."""
     q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, cache_layout=True)
-    got = fast.causal_attention(q, k, v, mask_of(q, start, None))
+    got = fast_attention.causal_attention(q, k, v, mask_of(q, start, None))
     np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
 
 
@@ -87,9 +88,9 @@ def test_without_a_mask_every_key_is_seen():
     """mask None means what it means in layers.attention: nothing hidden, nothing skipped."""
     q, k, v = inputs(np.random.default_rng(3), 2, 2, 2, 7, 4, 8)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fast, "QUERY_ROWS", 3)
-        patch.setattr(fast, "SCORE_ENTRIES", 2 * 4 * 3 * 5)
-        got = fast.causal_attention(q, k, v)
+        patch.setattr(fast_attention, "QUERY_ROWS", 3)
+        patch.setattr(fast_attention, "SCORE_ENTRIES", 2 * 4 * 3 * 5)
+        got = fast_attention.causal_attention(q, k, v)
     np.testing.assert_allclose(got, attention(q, k, v), rtol=0, atol=ATOL)
 
 
@@ -101,7 +102,7 @@ def test_float32_stays_float32(loud):
     q, k, v = inputs(np.random.default_rng(0), 2, 2, 3, 80, 5, 8, dtype=np.float32)
     q *= np.float32(loud)
     pad = np.array([0, 6])
-    got = fast.causal_attention(q, k, v, mask_of(q, 5, pad))
+    got = fast_attention.causal_attention(q, k, v, mask_of(q, 5, pad))
     assert got.dtype == np.float32
     exact = reference(*(x.astype(np.float64) for x in (q, k, v)), 5, pad)
     float32_error = np.abs(reference(q, k, v, 5, pad) - exact).max()
@@ -114,18 +115,18 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
     queries) of the one [V, 1] made for the call, not copies per tile."""
     B, K, group, T, d = 1, 2, 2, 600, 4
     q, k, v = inputs(np.random.default_rng(1), B, K, group, T, 0, d, cache_layout=True)
-    monkeypatch.setattr(fast, "QUERY_ROWS", 16)
-    monkeypatch.setattr(fast, "SCORE_ENTRIES", 4096)
-    bound = max(fast.SCORE_ENTRIES, B * K * group * 16 ** 2)
+    monkeypatch.setattr(fast_attention, "QUERY_ROWS", 16)
+    monkeypatch.setattr(fast_attention, "SCORE_ENTRIES", 4096)
+    bound = max(fast_attention.SCORE_ENTRIES, B * K * group * 16 ** 2)
     tiles = []
-    running = fast._running_softmax
+    running = fast_attention._running_softmax
 
     def spy(scores, values, *state):
         tiles.append((scores.size, values))
         return running(scores, values, *state)
 
-    monkeypatch.setattr(fast, "_running_softmax", spy)
-    got = fast.causal_attention(q, k, v, mask_of(q, 0, None))
+    monkeypatch.setattr(fast_attention, "_running_softmax", spy)
+    got = fast_attention.causal_attention(q, k, v, mask_of(q, 0, None))
     assert max(size for size, _ in tiles) <= bound < B * K * group * T * T // 2
     first = tiles[0][1]
     assert all(values.base is first.base for _, values in tiles)  # slices of one array
@@ -148,9 +149,9 @@ def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
 
     q, k, v = inputs(np.random.default_rng(2), 1, 3, 3, 1, 4095, 64, dtype=np.float32,
                      cache_layout=cache_layout)
-    fast.causal_attention(q, k, v)  # warm-up: NumPy's own caches
+    fast_attention.causal_attention(q, k, v)  # warm-up: NumPy's own caches
     tracemalloc.start()
-    fast.causal_attention(q, k, v)
+    fast_attention.causal_attention(q, k, v)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < k.nbytes / 8, (peak, k.nbytes)
@@ -162,7 +163,7 @@ def test_the_fast_model_attends_with_the_tiles(monkeypatch):
     import minillm
 
     calls = []
-    tiled = fast.causal_attention
+    tiled = fast_attention.causal_attention
     monkeypatch.setattr(fast, "causal_attention", lambda *a: calls.append(1) or tiled(*a))
     cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=32, d_model=16,
                               n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32)

@@ -75,8 +75,8 @@ def test_rollback_equals_the_uncached_text(data):
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_long_text_read_in_chunks_equals_one_pass(fast):
     """1,100 tokens in the loop's chunks (window.READ_CHUNK) and in uneven ones, against the
-    uncached pass at every chunk's end; the fast model's attention tiles (fast.QUERY_ROWS
-    queries, blocks of keys) fall across the chunks' edges."""
+    uncached pass at every chunk's end; the fast model's attention tiles
+    (fast_attention.QUERY_ROWS queries, blocks of keys) fall across the chunks' edges."""
     from minillm.window import READ_CHUNK
 
     cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=1100, d_model=16,

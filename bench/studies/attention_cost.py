@@ -1,6 +1,6 @@
 """Where a tile of the fast attention spends its time: each NumPy operation of
-`fast.causal_attention`'s loop, timed separately and given in nanoseconds per score, next to
-PyTorch's fused `scaled_dot_product_attention` per score and to `exp` alone per value.
+`fast_attention.causal_attention`'s loop, timed separately and given in nanoseconds per score,
+next to PyTorch's fused `scaled_dot_product_attention` per score and to `exp` alone per value.
 
     python -m bench.studies.attention_cost [--length 4096] [--rounds 3] [--threads 1]
 
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from minillm import fast
+from minillm import fast_attention
 
 from ..suite.machine import set_threads
 
@@ -27,11 +27,11 @@ STEPS = ("Q K^T", "mask", "max", "shift", "exp", "P [V, 1]")
 
 
 def tile_loop(q, k, v):
-    """fast.causal_attention's loop for a causal prefill, {step: seconds} of each step."""
+    """fast_attention.causal_attention's loop for a causal prefill: {step: seconds}."""
     B, H, T, d = q.shape
     K, group = k.shape[1], H // k.shape[1]
-    rows = fast.QUERY_ROWS
-    step = max(rows, fast.SCORE_ENTRIES // (B * H * rows))
+    rows = fast_attention.QUERY_ROWS
+    step = max(rows, fast_attention.SCORE_ENTRIES // (B * H * rows))
     clock = dict.fromkeys(STEPS, 0.0)
     q = (q / math.sqrt(d)).reshape(B, K, group, T, d)
     v = np.concatenate([v, np.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)
@@ -46,13 +46,14 @@ def tile_loop(q, k, v):
             t = [time.perf_counter()]
             scores = qb @ k[:, :, j0:j1].swapaxes(-1, -2)
             t.append(time.perf_counter())
-            fast._hide(scores.reshape(B, K, group, n, j1 - j0), mask[t0:t1, j0:j1])
+            fast_attention._hide(scores.reshape(B, K, group, n, j1 - j0), mask[t0:t1, j0:j1])
             t.append(time.perf_counter())
             m = scores.max(axis=-1, keepdims=True)
             t.append(time.perf_counter())
-            c = 0.0 if shift is None else shift  # the rest of fast._running_softmax, timed
+            c = 0.0 if shift is None else shift  # the rest of _running_softmax, timed
             empty = True if acc is None else acc[..., -1:] == 0
-            moves = ((m > c + fast.EXP_RANGE) | (empty & (m < c - fast.EXP_RANGE))) & (m > -np.inf)
+            far = fast_attention.EXP_RANGE
+            moves = ((m > c + far) | (empty & (m < c - far))) & (m > -np.inf)
             if moves.any():
                 shift = np.where(moves, m, c).astype(scores.dtype)
                 if acc is not None:
@@ -105,9 +106,9 @@ def main(argv=None) -> int:
     shipped, mask = math.inf, np.tril(np.ones((T, T), dtype=bool))
     for _ in range(args.rounds):
         start = time.perf_counter()
-        fast.causal_attention(q, k, v, mask)
+        fast_attention.causal_attention(q, k, v, mask)
         shipped = min(shipped, time.perf_counter() - start)
-    print(f"  fast.causal_attention, whole call: {shipped / scores * 1e9:.2f}")
+    print(f"  fast_attention.causal_attention, whole call: {shipped / scores * 1e9:.2f}")
     x = rng.standard_normal(1 << 16).astype(np.float32)
     print(f"np.exp, float32: {per_value(np.exp, x, 50) * 1e9:.2f} ns a value; "
           f"np.subtract: {per_value(lambda a: np.subtract(a, 1, out=a), x.copy(), 50) * 1e9:.2f}")

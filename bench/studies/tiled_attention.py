@@ -1,5 +1,5 @@
 """Causal attention over a long text: the reference `layers.attention` (the whole score matrix,
-masked) against the fast path's tiled `fast.causal_attention`, at several tile sizes, and
+masked) against the fast path's tiled `fast_attention.causal_attention`, at several tile sizes, and
 PyTorch's `scaled_dot_product_attention` as a peer; seconds per call, one layer.
 
     python -m bench.studies.tiled_attention [--lengths 1024 4096] [--repeat 2] [--threads 1]
@@ -9,8 +9,8 @@ The shape is one attention layer of SmolLM2-135M (9 query heads, 3 key/value hea
   reference        layers.attention(q, k, v, mask): (3·T x T) scores per key head at once, the
                    masked half included (left out past --reference-max tokens: 2.4 GB of
                    scores at 8,192)
-  tiled R x E      fast.causal_attention with QUERY_ROWS = R and SCORE_ENTRIES = E: blocks of R
-                   queries, keys in blocks of E / (9 R) with the running softmax
+  tiled R x E      fast_attention.causal_attention with QUERY_ROWS = R and SCORE_ENTRIES = E:
+                   blocks of R queries, keys in blocks of E / (9 R) with the running softmax
   per block R      the same with one block of keys per block of queries (the softmax of a
                    block of queries over every key it may see at once: no running softmax)
   torch sdpa       torch.nn.functional.scaled_dot_product_attention(is_causal=True), keys and
@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from minillm import fast
+from minillm import fast_attention
 from minillm.layers import attention
 from minillm.masks import positions_and_mask
 
@@ -48,13 +48,13 @@ def seconds(fn, repeat: int) -> float:
 
 
 def tiled(q, k, v, mask, rows, entries):
-    """fast.causal_attention with its two constants set to (rows, entries)."""
-    saved = fast.QUERY_ROWS, fast.SCORE_ENTRIES
-    fast.QUERY_ROWS, fast.SCORE_ENTRIES = rows, entries
+    """fast_attention.causal_attention with its two constants set to (rows, entries)."""
+    saved = fast_attention.QUERY_ROWS, fast_attention.SCORE_ENTRIES
+    fast_attention.QUERY_ROWS, fast_attention.SCORE_ENTRIES = rows, entries
     try:
-        return fast.causal_attention(q, k, v, mask)
+        return fast_attention.causal_attention(q, k, v, mask)
     finally:
-        fast.QUERY_ROWS, fast.SCORE_ENTRIES = saved
+        fast_attention.QUERY_ROWS, fast_attention.SCORE_ENTRIES = saved
 
 
 def contenders(q, k, v, reference_max: int) -> dict:
@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     print("| T | contender | prefill s | ÷ shipped tiles | scores held at once, MiB |")
     print("| ---: | --- | ---: | ---: | ---: |")
-    shipped = f"tiled {fast.QUERY_ROWS} x 2^{fast.SCORE_ENTRIES.bit_length() - 1}"
+    rows, entries = fast_attention.QUERY_ROWS, fast_attention.SCORE_ENTRIES
+    shipped = f"tiled {rows} x 2^{entries.bit_length() - 1}"
     for T in args.lengths:
         q = rng.standard_normal((1, HEADS, T, HEAD_DIM), dtype=np.float32)
         k, v = (rng.standard_normal((1, KV_HEADS, T, HEAD_DIM), dtype=np.float32)
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         k, v = (rng.standard_normal((1, KV_HEADS, S, HEAD_DIM), dtype=np.float32)
                 for _ in range(2))
         steps = {"reference": lambda: attention(q, k, v),
-                 shipped: lambda: fast.causal_attention(q, k, v)}
+                 shipped: lambda: fast_attention.causal_attention(q, k, v)}
         for name, fn in steps.items():
             print(f"| {S} | {name} | {seconds(fn, 5 * args.repeat) * 1e3:.2f} |", flush=True)
     return 0
