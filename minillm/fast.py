@@ -10,9 +10,9 @@ tied output layer in the other layout, int8 widened a block at a time into a reu
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
 already speaks for quantized weights), so that the reference forward pass runs unchanged on
 them; its `attend` is the tiled attention of fast_attention.py, and its `next_tokens` makes
-the decode loop's greedy choice without building the distribution. `reference(model)` gives the plain model back. tests/test_fast.py proves the two
-equal; docs/PERFORMANCE.md holds the measurements behind every device
-(`python -m bench.studies.few_rows`, ...).
+the decode loop's greedy choice without building the distribution. `reference(model)` gives
+the plain model back. tests/test_fast.py proves the two equal; docs/PERFORMANCE.md holds the
+measurements behind every device (`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
 
