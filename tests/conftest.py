@@ -1,7 +1,10 @@
-"""Shared test settings: Hypothesis runs deterministically (same examples on every run)."""
+"""Shared test settings: Hypothesis runs deterministically (same examples on every run); with
+MINILLM_NO_SKIPS=1 (as .ci/run sets it) a skipped test fails the run (no_skips.py)."""
 import os
 
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["no_skips"]
 
 settings.register_profile(
     "deterministic",

@@ -19,13 +19,15 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
 def package_file(package, *parts):
-    """A data file of an installed package (the package is not imported), or a skip."""
+    """A data file of an installed package (the package is not imported); a skip when the
+    package is not installed."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         pytest.skip(f"the {package} package is not installed (pip install it: .ci/peers.sh)")
     path = pathlib.Path(list(spec.submodule_search_locations)[0], *parts)
-    if not path.is_file():
-        pytest.skip(f"{path} is missing")
+    if not path.is_file():  # installed, but not the version .ci/constraints.txt pins
+        pytest.fail(f"{package} is installed but {path} is missing: install the version "
+                    ".ci/constraints.txt pins")
     return path
 
 
