@@ -122,7 +122,7 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
     running = fast_attention._running_softmax
 
     def spy(scores, values, *state):
-        tiles.append((scores.size, values))
+        tiles.append((scores().size, values))
         return running(scores, values, *state)
 
     monkeypatch.setattr(fast_attention, "_running_softmax", spy)

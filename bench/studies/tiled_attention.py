@@ -10,7 +10,8 @@ The shape is one attention layer of SmolLM2-135M (9 query heads, 3 key/value hea
                    masked half included (left out past --reference-max tokens: 2.4 GB of
                    scores at 8,192)
   tiled R x E      fast_attention.causal_attention with QUERY_ROWS = R and SCORE_ENTRIES = E:
-                   blocks of R queries, keys in blocks of E / (9 R) with the running softmax
+                   blocks of R queries of one key head (3 query heads), keys in blocks of
+                   E / (3 R) with the running softmax
   per block R      the same with one block of keys per block of queries (the softmax of a
                    block of queries over every key it may see at once: no running softmax)
   torch sdpa       torch.nn.functional.scaled_dot_product_attention(is_causal=True), keys and
@@ -32,7 +33,8 @@ from minillm.masks import positions_and_mask
 from ..suite.machine import set_threads
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2-135M
-TILES = [(32, 2 ** 19), (64, 2 ** 18), (64, 2 ** 19), (64, 2 ** 20), (128, 2 ** 19)]
+TILES = [(64, 2 ** 18), (64, 2 ** 19), (128, 2 ** 17), (128, 2 ** 18), (128, 2 ** 19),
+         (256, 2 ** 18)]
 PER_BLOCK = [16, 64]
 
 
@@ -122,13 +124,14 @@ def held_mib(name: str, T: int) -> float:
     """The float32 scores one call holds at once (the peer's: not known, 0)."""
     if name == "reference":
         return HEADS * T * T * 4 / 2 ** 20
+    group = HEADS // KV_HEADS  # a prefill's tile: the queries of one key head
     if name.startswith("tiled"):
         rows, entries = name.split()[1], name.split()[3]
         rows, entries = int(rows), 2 ** int(entries[2:])
-        keys = max(rows, entries // (HEADS * rows))
-        return HEADS * min(rows, T) * min(keys, T) * 4 / 2 ** 20
+        keys = max(rows, entries // (group * rows))
+        return group * min(rows, T) * min(keys, T) * 4 / 2 ** 20
     if name.startswith("per block"):
-        return HEADS * int(name.split()[2]) * T * 4 / 2 ** 20
+        return group * int(name.split()[2]) * T * 4 / 2 ** 20
     return 0.0
 
 
