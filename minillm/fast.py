@@ -48,14 +48,21 @@ CACHED_MATRIX = 2 ** 20  # 4 MiB in float32
 BLOCK_BYTES = 1024 * 1024
 
 
-def accelerate(model: Model) -> "FastModel":
+def accelerate(model: Model, own: bool = False) -> "FastModel":
     """The same model (configuration, parameter values, tokenizer), multiplying faster.
 
+    own: nothing else holds the model's parameter arrays (a model just read from a file), so
+    each is let go as soon as its layout is made, and the parameters are never held twice;
+    `model` is left without parameters.
     Warns once (blas.py) when NumPy's BLAS runs more threads than there are free cores: its
     threads would then wait on each other at every product; `minillm.threads(1)` is the cure.
     """
     warn_if_oversubscribed(stacklevel=3)
-    return FastModel(model.config, dict(model.params), model.tokenizer)
+    if not own:
+        return FastModel(model.config, dict(model.params), model.tokenizer)
+    params, model.params = model.params, {}
+    prepared = prepare(params, model.config.tie_embeddings, consume=True)
+    return FastModel(model.config, prepared, model.tokenizer)
 
 
 def reference(model: Model) -> Model:
@@ -94,17 +101,19 @@ class FastModel(Model):
         return causal_attention(q, k, v, mask, scale)
 
 
-def prepare(params: dict, tie_embeddings: bool) -> dict:
+def prepare(params: dict, tie_embeddings: bool, consume: bool = False) -> dict:
     """The parameters as the fast path multiplies them, by canonical name: float linear weights
     as `Dense`, quantized ones as `Int8`, everything else (norms, biases, an untied embedding)
-    as it is; what is already prepared stays as it is.
+    as it is; what is already prepared stays as it is. consume: empty `params` as it goes, so
+    that an array nothing else holds is freed once its layout is made.
 
     A tied token embedding, which is also the output layer, becomes a `Dense` that reads the
     embedding row-major (lookups, products of several rows) and keeps a column-major copy for
     one-row products.
     """
     prepared = {}
-    for name, w in params.items():
+    for name in list(params):
+        w = params.pop(name) if consume else params[name]
         head = name == "tok_emb.weight" and tie_embeddings
         if isinstance(w, (Dense, Int8)) or not (head or is_linear_weight(name)):
             prepared[name] = w

@@ -111,7 +111,8 @@ def load(path, fast: bool | None = None) -> Model:
         model = model_from_entries(entries)
     except WeightsError as e:
         raise WeightsError(f"{path}: {e}") from None
-    return accelerate(model) if wants_fast(fast) else model
+    del entries  # the model's arrays are its own now: the fast layouts can replace them
+    return accelerate(model, own=True) if wants_fast(fast) else model
 
 
 def wants_fast(fast: bool | None = None) -> bool:

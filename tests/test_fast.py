@@ -222,6 +222,49 @@ def test_the_switch(tmp_path, monkeypatch):
     assert all(type(w) is np.ndarray for w in back.params.values())
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_loading_the_fast_model_holds_each_weight_once(tmp_path, tied):
+    """minillm.load lays the file's arrays out for the fast path without holding both at once:
+    the peak of traced allocations (tracemalloc sees NumPy's arrays) stays within what the
+    fast model keeps (its layouts, a tied head's column-major copy) plus the weight being laid
+    out, where holding the file's arrays beside their layouts takes every linear weight twice."""
+    import tracemalloc
+
+    from minillm.quantize import is_linear_weight
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=1024, context_length=16, d_model=128,
+                              n_layers=6, n_heads=4, n_kv_heads=2, d_ff=256,
+                              tie_embeddings=tied)
+    model = minillm.random_model(cfg, seed=0)
+    minillm.save(model, tmp_path / "m.npz")
+    minillm.load(tmp_path / "m.npz")  # warm-up: imports, NumPy's own caches
+    tracemalloc.start()
+    loaded = minillm.load(tmp_path / "m.npz")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert isinstance(loaded, fast.FastModel)
+    largest = max(w.nbytes for w in model.params.values())
+    linear = sum(w.nbytes for name, w in model.params.items() if is_linear_weight(name))
+    slack = 256 * 1024  # the config, names, dicts, the reader's buffers
+    assert linear > largest + slack  # so that holding them twice cannot pass below
+    assert peak <= loaded.nbytes + largest + slack, (peak, loaded.nbytes)
+    np.testing.assert_array_equal(loaded.forward(np.arange(8)[None]),
+                                  fast.accelerate(model).forward(np.arange(8)[None]))
+
+
+def test_a_model_handed_over_is_left_without_parameters():
+    """accelerate(model, own=True) takes the arrays: the fast model has them, laid out, and
+    the model given has none left to hold them twice; without own the model is untouched."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=16, d_model=16,
+                              n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32)
+    model = minillm.random_model(cfg, seed=1)
+    expected = fast.accelerate(model).forward(np.arange(6)[None])
+    assert len(model.params) == len(minillm.random_model(cfg, seed=1).params)
+    taken = fast.accelerate(model, own=True)
+    assert model.params == {}
+    np.testing.assert_array_equal(taken.forward(np.arange(6)[None]), expected)
+
+
 def test_resident_bytes_count_the_copy_of_a_tied_output_layer():
     for tie in (False, True):
         cfg = minillm.ModelConfig(arch="modern", vocab_size=50, context_length=8, d_model=12,

@@ -75,10 +75,11 @@ def test_tiled_causal_attention_equals_reference(data):
     np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
 
 
-@pytest.mark.parametrize("start, T", [(0, 150), (2900, 70), (3000, 1)])
+@pytest.mark.parametrize("start, T", [(0, 150), (2900, 70), (2900, 130), (3000, 1)])
 def test_default_blocks_equal_reference_over_a_long_cache(start, T):
-    """The constants as shipped: several query blocks (150 > QUERY_ROWS); 70 queries after
-    2,900 cached tokens, whose keys are more than one block at 4 heads; a decoding step."""
+    """The constants as shipped: several query blocks (150 > QUERY_ROWS), a tile per key head;
+    70 queries after 2,900 cached tokens (one tile for every head), and 130 (a tile per key
+    head), whose keys are more than one block; a decoding step."""
     q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, cache_layout=True)
     got = fast_attention.causal_attention(q, k, v, mask_of(q, start, None))
     np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
