@@ -73,8 +73,10 @@ def causal_attention(q, k, v, mask=None, scale=None):
         _tiles(q, k, v, mask, out, ones=False)
         return out.reshape(B, H, T, d)
     v = np.concatenate([v, np.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)  # [V, 1]
+    if mask is not None:
+        mask = np.broadcast_to(mask, (B, 1, 1, T, k.shape[2]))  # a view: text b's is mask[b]
     for b in range(B):  # a prompt: a tile per key head of each text, so that it stays in cache
-        text = mask if mask is None or np.ndim(mask) < 5 else np.asarray(mask)[b:b + 1]
+        text = None if mask is None else mask[b:b + 1]
         for h in range(K):
             one = (slice(b, b + 1), slice(h, h + 1))  # text b, key head h
             _tiles(q[one], k[one], v[one], text, out[one], ones=True)

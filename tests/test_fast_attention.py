@@ -95,6 +95,20 @@ def test_without_a_mask_every_key_is_seen():
     np.testing.assert_allclose(got, attention(q, k, v), rtol=0, atol=ATOL)
 
 
+@pytest.mark.parametrize("T", [3, 20])
+def test_a_mask_broadcast_over_the_batch_is_every_texts_mask(T):
+    """A mask of shape (1, 1, 1, T, S), or (T, S), given for a batch of 3 texts hides the same
+    keys from each (the docstring's "broadcastable"), tiled per text or in one tile."""
+    q, k, v = inputs(np.random.default_rng(4), 3, 2, 2, T, 5, 8)
+    causal = mask_of(q, 5, None)  # (T, S)
+    expected = attention(q, k, v, causal)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast_attention, "QUERY_ROWS", 4)
+        for mask in (causal, causal[None, None, None]):
+            np.testing.assert_allclose(fast_attention.causal_attention(q, k, v, mask), expected,
+                                       rtol=0, atol=ATOL)
+
+
 @pytest.mark.parametrize("loud", [1.0, 30.0, 300.0])
 def test_float32_stays_float32(loud):
     """float32 in, float32 out, as close to the exact (float64) attention as the reference in
