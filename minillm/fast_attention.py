@@ -69,6 +69,7 @@ def causal_attention(q, k, v, mask=None, scale=None):
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     q = (q * scale).reshape(B, K, H // K, T, d)  # the query heads that share a key head together
     out = np.empty(q.shape, dtype=np.result_type(q, k, v))  # (B, K, group, T, d)
+    mask = None if mask is None else np.asarray(mask)
     if T < QUERY_ROWS:  # a few queries (a decoding step): one tile for every head
         _tiles(q, k, v, mask, out, ones=False)
         return out.reshape(B, H, T, d)
@@ -99,7 +100,7 @@ def _tiles(q, k, v, mask, out, ones: bool) -> None:
         shift = acc = None
         for j0 in range(0, seen, step):
             j1 = min(j0 + step, seen)
-            visible = None if mask is None else np.asarray(mask)[..., t0:t1, j0:j1]
+            visible = None if mask is None else mask[..., t0:t1, j0:j1]
             scores = functools.partial(_scores, qb, k[:, :, j0:j1], visible, group)
             shift, acc = _running_softmax(scores, v[:, :, j0:j1], shift, acc, ones)
         out[:, :, :, t0:t1] = (acc[..., :d] / acc[..., d:]).reshape(B, K, group, n, d)

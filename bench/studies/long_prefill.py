@@ -29,8 +29,9 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[8000, 8192])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    if real.absent():
-        raise SystemExit(real.absent().reason)
+    gone = real.absent()
+    if gone:
+        raise SystemExit(gone.reason)
     vocab = real.model({}).config.vocab_size  # R5's ids: the same draw from the same vocabulary
     workers = {name: start(name, THREADS, CONTEXT) for name in CONTENDERS}
     try:
