@@ -22,13 +22,10 @@ import numpy as np
 # bench.studies.tiled_attention).
 QUERY_ROWS = 128
 SCORE_ENTRIES = 2 ** 18
-# exp(s - c) is computed without moving the shift c while a query's sums stay in range: no
-# term overflows, and its total weight is at least TINY = e^-48 (a term is then in float32's
-# normal range whenever it matters). A shift that moves goes to the block's maximum, which
-# keeps every term at most e^48 (7e20): summed over 2^20 keys times values of 10^6 still
-# 10^5 below float32's largest number (`_running_softmax`).
-EXP_RANGE = 48.0
-TINY = math.exp(-EXP_RANGE)
+# exp(s) is summed without a shift while every query's sums stay in range: no term overflows,
+# and its total weight is at least TINY = e^-48. A term that underflowed (below float32's
+# smallest normal number, about e^-87) is then under e^-39 of the total: it would not count.
+TINY = math.exp(-48.0)
 
 
 def causal_attention(q, k, v, mask=None, scale=None):
@@ -45,14 +42,16 @@ def causal_attention(q, k, v, mask=None, scale=None):
         l' = r l + sum_J exp(s_j - c'),   a' = r a + sum_J exp(s_j - c') v_j,   r = exp(c - c'),
 
     and the output is a / l once every block is in: the same softmax, its sums split in parts.
-    The shift only keeps exp in range; FlashAttention moves it to the running maximum at every
-    block, this one only when the sums would leave that range (`_running_softmax`), so that
-    for the scores models produce the shift stays 0: no maximum, nothing subtracted, nothing
-    rescaled. l rides along with a as one more column, [a, l]: for a block of many queries,
-    V gets a column of ones, so that one product exp(s - c') [V, 1] gives both sums and the
-    scores are not read again to add them up (V is copied once per call for that, which for a
-    few queries would copy the cache at every decoding step: they add up the scores instead).
-    Inside the blocks, the mask hides what it hides (the causal diagonal, padding).
+    The shift only keeps exp in range. FlashAttention moves it to the running maximum at every
+    block; for the scores models produce, exp stays in range without one, so the sums are
+    first taken with c = 0 (no maximum, nothing subtracted, nothing rescaled) and checked once
+    all the blocks are in; only sums that left the range are computed again with the running
+    maximum (`_softmax_sums`). l rides along with a as one more column, [a, l]: for a block of
+    many queries, V gets a column of ones, so that one product exp(s - c') [V, 1] gives both
+    sums and the scores are not read again to add them up (V is copied once per call for
+    that, which for a few queries would copy the cache at every decoding step: they add up
+    the scores instead). Inside the blocks, the mask hides what it hides (the causal
+    diagonal, padding), in the blocks past the first key some query may not see.
     Many queries (a prompt) are tiled one key head of one text at a time, so that a tile stays
     in cache between its products; a few (a decoding step) in one tile for every head, which
     saves the loop's calls where there is little to compute.
@@ -69,104 +68,122 @@ def causal_attention(q, k, v, mask=None, scale=None):
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     q = (q * scale).reshape(B, K, H // K, T, d)  # the query heads that share a key head together
     out = np.empty(q.shape, dtype=np.result_type(q, k, v))  # (B, K, group, T, d)
-    mask = None if mask is None else np.asarray(mask)
+    if mask is not None:
+        mask = np.broadcast_to(mask, (B, 1, 1, T, k.shape[2]))  # a view: text b's is mask[b]
     if T < QUERY_ROWS:  # a few queries (a decoding step): one tile for every head
         _tiles(q, k, v, mask, out, ones=False)
         return out.reshape(B, H, T, d)
     v = np.concatenate([v, np.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)  # [V, 1]
-    if mask is not None:
-        mask = np.broadcast_to(mask, (B, 1, 1, T, k.shape[2]))  # a view: text b's is mask[b]
     for b in range(B):  # a prompt: a tile per key head of each text, so that it stays in cache
-        text = None if mask is None else mask[b:b + 1]
-        for h in range(K):
-            one = (slice(b, b + 1), slice(h, h + 1))  # text b, key head h
-            _tiles(q[one], k[one], v[one], text, out[one], ones=True)
+        text = None if mask is None else mask[b, 0, 0]  # (T, S)
+        for h in range(K):  # (group, T, d) queries, (S, d) keys, (S, d + 1) [V, 1]
+            _tiles(q[b, h], k[b, h], v[b, h], text, out[b, h], ones=True)
     return out.reshape(B, H, T, d)
 
 
 def _tiles(q, k, v, mask, out, ones: bool) -> None:
-    """out = softmax(Q K^T + M) V for q (B, K, group, T, d) scaled, k (B, K, S, d), v the
-    values or [V, 1] (`ones`), a block of QUERY_ROWS queries against a block of keys at a time;
-    out: (B, K, group, T, d)."""
-    B, K, group, T, d = q.shape
-    S = k.shape[2]
+    """out = softmax(Q K^T + M) V for q (..., group, T, d) scaled, k (..., S, d), v the values
+    or [V, 1] (`ones`), mask (..., T, S) or None, a block of QUERY_ROWS queries against a block
+    of keys at a time; out: (..., group, T, d). The leading axes (...) are (B, K) for one tile
+    of every head, none for a tile of one key head."""
+    *lead, group, T, d = q.shape
+    S = k.shape[-2]
     rows = min(T, QUERY_ROWS)  # queries per block
-    step = max(rows, SCORE_ENTRIES // (B * K * group * rows))  # keys per block
+    step = max(rows, SCORE_ENTRIES // (math.prod(lead) * group * rows))  # keys per block
     for t0 in range(0, T, rows):
         t1 = min(t0 + rows, T)
         n = t1 - t0  # the block's queries, and the keys they may see:
         seen = S if mask is None else S - T + t1
-        qb = q[:, :, :, t0:t1].reshape(B, K, group * n, d)
-        shift = acc = None
-        for j0 in range(0, seen, step):
-            j1 = min(j0 + step, seen)
-            visible = None if mask is None else mask[..., t0:t1, j0:j1]
-            scores = functools.partial(_scores, qb, k[:, :, j0:j1], visible, group)
-            shift, acc = _running_softmax(scores, v[:, :, j0:j1], shift, acc, ones)
-        out[:, :, :, t0:t1] = (acc[..., :d] / acc[..., d:]).reshape(B, K, group, n, d)
+        qb = q[..., t0:t1, :].reshape(*lead, group * n, d)
+        visible = None if mask is None else mask[..., t0:t1, :seen]
+        first = seen if visible is None else _first_hidden(visible)
+        blocks = [(j0, min(j0 + step, seen)) for j0 in range(0, seen, step)]
+        scores = functools.partial(_block_scores, qb, k, visible, first, group)
+        acc = _softmax_sums(scores, blocks, v, ones)  # (..., group n, d + 1): [a, l]
+        out[..., t0:t1, :] = (acc[..., :d] / acc[..., d:]).reshape(*lead, group, n, d)
 
 
-def _scores(qb, keys, visible, group: int):
-    """A tile's scores (B, K, group n, J), a new array: qb (B, K, group n, d) times keys
-    (B, K, J, d) transposed, -inf where the mask (n, J) or (B, 1, 1, n, J) hides the key."""
-    scores = qb @ keys.swapaxes(-1, -2)
-    if visible is not None:
-        B, K, rows, J = scores.shape
-        _hide(scores.reshape(B, K, group, rows // group, J), visible)
+def _first_hidden(visible) -> int:
+    """The first key (column of visible (..., n, J)) that some query may not see; J if none:
+    the keys before it need no mask (with nothing padded, the causal diagonal's first)."""
+    hidden = ~visible.all(axis=-2).reshape(-1, visible.shape[-1]).all(axis=0)  # (J,)
+    return int(np.argmax(hidden)) if hidden.any() else visible.shape[-1]
+
+
+def _block_scores(qb, k, visible, first: int, group: int, j0: int, j1: int):
+    """The scores of keys [j0, j1), a new array (..., group n, J), -inf where the mask hides
+    the key: only in blocks past the first hidden key."""
+    scores = _scores(qb, k[..., j0:j1, :])
+    if j1 > first:
+        *lead, rows, J = scores.shape
+        _hide(scores.reshape(*lead, group, rows // group, J), visible[..., j0:j1], first - j0)
     return scores
 
 
-def _hide(scores, visible) -> None:
-    """Set to -inf the scores (..., n, J) of keys the mask hides, visible (n, J) or
-    (B, 1, 1, n, J); only from the first key that some query may not see (the causal
-    diagonal's columns, when nothing is padded)."""
-    hidden_from_some = ~visible.all(axis=-2)  # (..., J)
-    if hidden_from_some.any():
-        first = int(np.argmax(hidden_from_some.reshape(-1, visible.shape[-1]).any(axis=0)))
-        np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])  # (B, K, group, n, J)
+def _scores(qb, keys):
+    """Q K^T: qb (..., R, d) times keys (..., J, d) transposed, (..., R, J)."""
+    return qb @ keys.swapaxes(-1, -2)
 
 
-def _running_softmax(scores, v, shift, acc, ones: bool):
-    """One block of keys into the running sums: (c', [a', l']) from (c, [a, l]), where
-    [a, l] = sum_j exp(s_j - c) [v_j, 1] and c is a query's shift; None: no block yet (for
-    acc), every shift 0 (for shift). scores(): the block's scores (B, K, R, J), a new array at
-    each call; v (B, K, J, d), or [V, 1] (B, K, J, d + 1) when `ones`.
+def _hide(scores, visible, first: int) -> None:
+    """Set to -inf the scores (..., n, J) of keys the mask hides, visible (..., n, J); from
+    column `first` on (the ones before are seen by every query)."""
+    first = max(first, 0)
+    np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])
 
-    softmax(s) = exp(s - c) / sum exp(s - c) for any c: the shift only keeps exp in range.
-    So exp is taken with the shifts as they are and the block kept if the sums stayed in
-    range: all finite (no term overflowed) and every query's total weight l' >= TINY (its
-    terms did not underflow). Otherwise (scores past about 88 in float32, a query whose
-    first scores all lie far below its shift, or one whose keys so far are all hidden) the
-    scores are computed again, rather than kept for that rare case, and each query with a
-    block maximum m > c + EXP_RANGE, or without weight yet and m < c - EXP_RANGE, moves its
-    shift to m, its sums so far rescaled by exp(c - m).
+
+def _softmax_sums(scores, blocks, v, ones: bool):
+    """[a, l] = sum_j exp(s_j) [v_j, 1] over the blocks of keys, a block at a time.
+
+    softmax(s) = exp(s - c) / sum exp(s - c) for any shift c: it only keeps exp in range. For
+    the scores models produce c = 0 keeps it there, so the sums are taken without one, and
+    kept if they stayed in range: all finite (no term overflowed) and every query's total
+    weight l >= TINY (a term small enough to underflow would not have counted). Otherwise
+    (scores past about 88 in float32, a query whose scores all lie far below 0) they are
+    computed again with the running maximum as the shift (`_running_softmax`).
+    scores(j0, j1): the scores of keys [j0, j1), a new array; v (..., S, d) or [V, 1].
     """
+    acc = None
     with np.errstate(over="ignore", invalid="ignore"):  # what overflows is caught below
-        sums = _sums(_exp(scores(), shift), v, acc, ones)
-    if np.isfinite(sums).all() and (sums[..., -1] >= TINY).all():
-        return shift, sums
-    s = scores()
-    m = s.max(axis=-1, keepdims=True)  # (B, K, R, 1)
-    c = 0.0 if shift is None else shift
-    empty = True if acc is None else acc[..., -1:] == 0  # no weight yet: nothing to rescale
-    moves = ((m > c + EXP_RANGE) | (empty & (m < c - EXP_RANGE))) & (m > -np.inf)
-    if moves.any():
-        shift = np.where(moves, m, c).astype(s.dtype)
-        if acc is not None:  # a query whose shift came down has no weight: leave it as is
-            acc = acc * np.exp(np.minimum(c - shift, 0))
-    return shift, _sums(_exp(s, shift), v, acc, ones)
+        for j0, j1 in blocks:
+            block = _sums(_exp(scores(j0, j1), None), v[..., j0:j1, :], ones)
+            acc = block if acc is None else np.add(acc, block, out=acc)
+    if np.isfinite(acc).all() and (acc[..., -1] >= TINY).all():
+        return acc
+    return _running_softmax(scores, blocks, v, ones)
+
+
+def _running_softmax(scores, blocks, v, ones: bool):
+    """The running ("online") softmax with the running maximum m as the shift: a block of
+    keys with maximum m_J moves it to m' = max(m, m_J), and
+
+        [a', l'] = exp(m - m') [a, l] + sum_J exp(s_j - m') [v_j, 1],
+
+    every term at most 1, the sums in range whatever the scores. A query that sees no key yet
+    (m = -inf) keeps the shift 0 and sums of 0."""
+    acc = c = None
+    m = -np.inf
+    for j0, j1 in blocks:
+        s = scores(j0, j1)
+        m = np.maximum(m, s.max(axis=-1, keepdims=True))  # (..., R, 1)
+        shift = np.where(m > -np.inf, m, 0).astype(s.dtype)
+        block = _sums(_exp(s, shift), v[..., j0:j1, :], ones)
+        # exp(c - c') <= 1, and 1 where a query had no weight (its c was 0, c' may be below)
+        acc = block if acc is None else acc * np.exp(np.minimum(c - shift, 0)) + block
+        c = shift
+    return acc
 
 
 def _exp(scores, shift):
-    """exp(s - c), in place of the scores (B, K, R, J); shift None: c = 0."""
+    """exp(s - c), in place of the scores (..., R, J); shift None: c = 0."""
     if shift is not None:
         scores -= shift
     return np.exp(scores, out=scores)
 
 
-def _sums(weights, v, acc, ones: bool):
-    """[a, l] + weights [V, 1]: the running sums with this block's (B, K, R, d + 1)."""
-    block = weights @ v  # with [V, 1]: (B, K, R, d + 1), [sum exp(s - c') v, sum exp(s - c')]
+def _sums(weights, v, ones: bool):
+    """weights [V, 1]: a block's share of the running sums, (..., R, d + 1)."""
+    block = weights @ v  # with [V, 1]: (..., R, d + 1), [sum w v, sum w]
     if not ones:
         block = np.concatenate([block, weights.sum(axis=-1, keepdims=True)], axis=-1)
-    return block if acc is None else acc + block
+    return block

@@ -97,8 +97,10 @@ def gelu_tanh(x):
 
 
 def silu(x):
-    """SiLU(x) = x * sigmoid(x), with sigmoid(x) = (1 + tanh(x/2)) / 2, which cannot overflow."""
-    return x * (0.5 + 0.5 * np.tanh(0.5 * x))
+    """SiLU(x) = x * sigmoid(x) = x / (1 + e^-x). Below about -88 (float32) e^-x overflows to
+    inf and the quotient is 0, as it should be: that overflow is expected, not an error."""
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-x))
 
 
 ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}

@@ -60,8 +60,9 @@ def test_tiled_causal_attention_equals_reference(data):
     rows = data.draw(st.integers(1, 9), label="QUERY_ROWS")
     keys = data.draw(st.integers(1, 12), label="keys per block")
     layout = data.draw(st.booleans(), label="cache layout")
-    # Scores far past EXP_RANGE either way: the shift must move up (exp would overflow) and,
-    # for a query whose first scores are all very negative, down (its sums would underflow).
+    # Scores far past exp's range either way: the sums must be taken again with the running
+    # maximum, where a term overflows, and where all of a query's scores lie far below 0 (its
+    # sums would underflow).
     loud = data.draw(st.sampled_from([1.0, 1.0, 40.0, 400.0]), label="score scale")
     q, k, v = inputs(np.random.default_rng(T * 100 + start), B, K, group, T, start, d,
                      cache_layout=layout)
@@ -133,26 +134,36 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
     monkeypatch.setattr(fast_attention, "QUERY_ROWS", 16)
     monkeypatch.setattr(fast_attention, "SCORE_ENTRIES", 4096)
     bound = max(fast_attention.SCORE_ENTRIES, B * K * group * 16 ** 2)
-    tiles = []
-    running = fast_attention._running_softmax
-
-    def spy(scores, values, *state):
-        tiles.append((scores().size, values))
-        return running(scores, values, *state)
-
-    monkeypatch.setattr(fast_attention, "_running_softmax", spy)
+    sizes, values = [], []
+    scores, sums = fast_attention._scores, fast_attention._sums
+    monkeypatch.setattr(fast_attention, "_scores",
+                        lambda *a: sizes.append(scores(*a).size) or scores(*a))
+    monkeypatch.setattr(fast_attention, "_sums",
+                        lambda weights, v, *a: values.append(v) or sums(weights, v, *a))
     got = fast_attention.causal_attention(q, k, v, mask_of(q, 0, None))
-    assert max(size for size, _ in tiles) <= bound < B * K * group * T * T // 2
-    first = tiles[0][1]
-    assert all(values.base is first.base for _, values in tiles)  # slices of one array
+    assert max(sizes) <= bound < B * K * group * T * T // 2
+    first = values[0]
+    assert all(block.base is first.base for block in values)  # slices of one array
     if first.shape[-1] == d + 1:  # [V, 1]: copied once, its last column the ones
         assert first.base.shape == v.shape[:-1] + (d + 1,) and np.all(first.base[..., d] == 1)
     else:
         assert np.shares_memory(first, v)
     # Only the keys a block may see are scored: about half of the T x T square.
-    scored = sum(size for size, _ in tiles) / (B * K * group)
-    assert scored < 0.6 * T * T
+    assert sum(sizes) / (B * K * group) < 0.6 * T * T
     np.testing.assert_allclose(got, reference(q, k, v, 0, None), rtol=0, atol=ATOL)
+
+
+def test_ordinary_scores_are_summed_once(monkeypatch):
+    """Scores of the size models produce stay in exp's range without a shift: the sums are
+    taken once, never again with the running maximum (which would double the work)."""
+    q, k, v = inputs(np.random.default_rng(5), 2, 2, 3, 300, 40, 64, dtype=np.float32)
+    again = []
+    running = fast_attention._running_softmax
+    monkeypatch.setattr(fast_attention, "_running_softmax",
+                        lambda *a: again.append(1) or running(*a))
+    got = fast_attention.causal_attention(q, k, v, mask_of(q, 40, np.array([0, 9])))
+    assert not again
+    np.testing.assert_allclose(got, reference(q, k, v, 40, np.array([0, 9])), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("cache_layout", [True, False])
