@@ -5,7 +5,7 @@ computes.
 keys it may see, a block of keys at a time, with a running softmax. Both get the mask a forward
 pass builds (`masks.positions_and_mask`). Hypothesis draws the shapes (batch, key
 heads, query heads per key head), the offset of a cache (`start`, as in decoding and after a
-slide), left padding per row, keys stored as the cache stores them or contiguous, and block
+slide), left padding per row, keys stored transposed or plain, and block
 sizes small enough that every kind of edge occurs: a tile on the causal diagonal, a tile all
 hidden from some query (padding, or keys past it), a last block shorter than the others.
 """
@@ -30,13 +30,13 @@ def reference(q, k, v, start, pad):
     return attention(q, k, v, mask_of(q, start, pad))
 
 
-def inputs(rng, B, K, group, T, start, d, dtype=np.float64, cache_layout=False):
-    """q (B, K*group, T, d), k and v (B, K, start + T, d). cache_layout: the keys as views of a
-    larger array stored (B, K, d, capacity), as minillm's KV cache hands them out."""
+def inputs(rng, B, K, group, T, start, d, dtype=np.float64, transposed_keys=False):
+    """q (B, K*group, T, d), k and v (B, K, start + T, d). transposed_keys: the keys as views of
+    a larger array stored transposed, (B, K, d, S + 3): strides other than a plain array's."""
     S = start + T
     q = rng.standard_normal((B, K * group, T, d)).astype(dtype)
     v = rng.standard_normal((B, K, S, d)).astype(dtype)
-    if cache_layout:
+    if transposed_keys:
         stored = rng.standard_normal((B, K, d, S + 3)).astype(dtype)
         k = stored[..., :S].swapaxes(-1, -2)
     else:
@@ -59,13 +59,13 @@ def test_tiled_causal_attention_equals_reference(data):
                                           max_size=B), label="pad"))
     rows = data.draw(st.integers(1, 9), label="QUERY_ROWS")
     keys = data.draw(st.integers(1, 12), label="keys per block")
-    layout = data.draw(st.booleans(), label="cache layout")
+    layout = data.draw(st.booleans(), label="transposed keys")
     # Scores far past exp's range either way: the sums must be taken again with the running
     # maximum, where a term overflows, and where all of a query's scores lie far below 0 (its
     # sums would underflow).
     loud = data.draw(st.sampled_from([1.0, 1.0, 40.0, 400.0]), label="score scale")
     q, k, v = inputs(np.random.default_rng(T * 100 + start), B, K, group, T, start, d,
-                     cache_layout=layout)
+                     transposed_keys=layout)
     q *= loud
     expected = reference(q, k, v, start, pad)
     with pytest.MonkeyPatch.context() as patch:
@@ -81,7 +81,7 @@ def test_default_blocks_equal_reference_over_a_long_cache(start, T):
     """The constants as shipped: several query blocks (150 > QUERY_ROWS), a tile per key head;
     70 queries after 2,900 cached tokens (one tile for every head), and 130 (a tile per key
     head), whose keys are more than one block; a decoding step."""
-    q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, cache_layout=True)
+    q, k, v = inputs(np.random.default_rng(start), 1, 2, 2, T, start, 16, transposed_keys=True)
     got = fast_attention.causal_attention(q, k, v, mask_of(q, start, None))
     np.testing.assert_allclose(got, reference(q, k, v, start, None), rtol=0, atol=ATOL)
 
@@ -130,7 +130,7 @@ def test_scores_held_at_once_are_bounded_and_values_are_read_in_place(monkeypatc
     however long the text; the values each tile reads are views of v, or (a block of many
     queries) of the one [V, 1] made for the call, not copies per tile."""
     B, K, group, T, d = 1, 2, 2, 600, 4
-    q, k, v = inputs(np.random.default_rng(1), B, K, group, T, 0, d, cache_layout=True)
+    q, k, v = inputs(np.random.default_rng(1), B, K, group, T, 0, d, transposed_keys=True)
     monkeypatch.setattr(fast_attention, "QUERY_ROWS", 16)
     monkeypatch.setattr(fast_attention, "SCORE_ENTRIES", 4096)
     bound = max(fast_attention.SCORE_ENTRIES, B * K * group * 16 ** 2)
@@ -166,15 +166,15 @@ def test_ordinary_scores_are_summed_once(monkeypatch):
     np.testing.assert_allclose(got, reference(q, k, v, 40, np.array([0, 9])), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("cache_layout", [True, False])
-def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(cache_layout):
+@pytest.mark.parametrize("transposed_keys", [True, False])
+def test_a_decoding_step_does_not_copy_the_cached_keys_or_values(transposed_keys):
     """One query against 4,096 cached positions: the memory NumPy allocates during the call
-    (tracemalloc sees every array's buffer) stays far below one copy of the keys, in the
-    cache's transposed layout and in a plain one."""
+    (tracemalloc sees every array's buffer) stays far below one copy of the keys, for
+    keys stored transposed and plain."""
     import tracemalloc
 
     q, k, v = inputs(np.random.default_rng(2), 1, 3, 3, 1, 4095, 64, dtype=np.float32,
-                     cache_layout=cache_layout)
+                     transposed_keys=transposed_keys)
     fast_attention.causal_attention(q, k, v)  # warm-up: NumPy's own caches
     tracemalloc.start()
     fast_attention.causal_attention(q, k, v)
