@@ -58,11 +58,11 @@ def accelerate(model: Model, own: bool = False) -> "FastModel":
     threads would then wait on each other at every product; `minillm.threads(1)` is the cure.
     """
     warn_if_oversubscribed(stacklevel=3)
-    if not own:
-        return FastModel(model.config, dict(model.params), model.tokenizer)
-    params, model.params = model.params, {}
-    prepared = prepare(params, model.config.tie_embeddings, consume=True)
-    return FastModel(model.config, prepared, model.tokenizer)
+    params = dict(model.params)  # FastModel prepares what is not prepared yet
+    if own:
+        model.params = {}
+        params = prepare(params, model.config.tie_embeddings, consume=True)
+    return FastModel(model.config, params, model.tokenizer)
 
 
 def reference(model: Model) -> Model:

@@ -22,9 +22,9 @@ import numpy as np
 # bench.studies.tiled_attention).
 QUERY_ROWS = 128
 SCORE_ENTRIES = 2 ** 18
-# exp(s) is summed without a shift while every query's sums stay in range: no term overflows,
-# and its total weight is at least TINY = e^-48. A term that underflowed (below float32's
-# smallest normal number, about e^-87) is then under e^-39 of the total: it would not count.
+# The least total weight a query's sums taken without a shift may have (`_softmax_sums`): a
+# term that underflowed (below float32's smallest normal number, about e^-87) is then under
+# e^-39 of the total, where it would not count.
 TINY = math.exp(-48.0)
 
 
@@ -42,11 +42,9 @@ def causal_attention(q, k, v, mask=None, scale=None):
         l' = r l + sum_J exp(s_j - c'),   a' = r a + sum_J exp(s_j - c') v_j,   r = exp(c - c'),
 
     and the output is a / l once every block is in: the same softmax, its sums split in parts.
-    The shift only keeps exp in range. FlashAttention moves it to the running maximum at every
-    block; for the scores models produce, exp stays in range without one, so the sums are
-    first taken with c = 0 (no maximum, nothing subtracted, nothing rescaled) and checked once
-    all the blocks are in; only sums that left the range are computed again with the running
-    maximum (`_softmax_sums`). l rides along with a as one more column, [a, l]: for a block of
+    The shift only keeps exp in range: the sums are first taken with c = 0 (nothing
+    subtracted, nothing rescaled), and only where they left the range again with
+    FlashAttention's running maximum (`_softmax_sums`). l rides along with a as one more column, [a, l]: for a block of
     many queries, V gets a column of ones, so that one product exp(s - c') [V, 1] gives both
     sums and the scores are not read again to add them up (V is copied once per call for
     that, which for a few queries would copy the cache at every decoding step: they add up
@@ -116,7 +114,8 @@ def _block_scores(qb, k, visible, first: int, group: int, j0: int, j1: int):
     scores = _scores(qb, k[..., j0:j1, :])
     if j1 > first:
         *lead, rows, J = scores.shape
-        _hide(scores.reshape(*lead, group, rows // group, J), visible[..., j0:j1], first - j0)
+        _hide(scores.reshape(*lead, group, rows // group, J), visible[..., j0:j1],
+              max(first - j0, 0))
     return scores
 
 
@@ -128,7 +127,6 @@ def _scores(qb, keys):
 def _hide(scores, visible, first: int) -> None:
     """Set to -inf the scores (..., n, J) of keys the mask hides, visible (..., n, J); from
     column `first` on (the ones before are seen by every query)."""
-    first = max(first, 0)
     np.copyto(scores[..., first:], -np.inf, where=~visible[..., first:])
 
 
