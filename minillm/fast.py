@@ -16,6 +16,7 @@ measurements behind every device (`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import numpy as np
@@ -46,6 +47,16 @@ CACHED_MATRIX = 2 ** 20  # 4 MiB in float32
 # int8 rows are widened to float about this many bytes at a time, near one core's L2 cache
 # (docs/PERFORMANCE.md, "int8").
 BLOCK_BYTES = 1024 * 1024
+# glibc's malloc maps a block of at least its mmap threshold (128 KiB at first, then the size
+# of the largest such block freed) afresh from the system, returns it when freed, and trims
+# freed memory off its heap past the trim threshold: each of a prefill's temporaries of a few
+# MiB (a 512-token chunk's MLP activations are 3-6 MiB for SmolLM2) then costs a page fault
+# and a page of zeros every 4 KiB, every time it is made. The fast path raises both limits
+# (`keep_freed_memory`): blocks under MMAP_THRESHOLD come from the heap and reuse its pages,
+# and up to TRIM_THRESHOLD of freed memory stays there (docs/PERFORMANCE.md, "Page faults").
+MMAP_THRESHOLD = 32 * 2 ** 20  # the highest glibc's own rule ever moves it to
+TRIM_THRESHOLD = 64 * 2 ** 20  # twice that, as glibc's rule keeps it
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
 
 
 def accelerate(model: Model, own: bool = False) -> "FastModel":
@@ -56,13 +67,30 @@ def accelerate(model: Model, own: bool = False) -> "FastModel":
     `model` is left without parameters.
     Warns once (blas.py) when NumPy's BLAS runs more threads than there are free cores: its
     threads would then wait on each other at every product; `minillm.threads(1)` is the cure.
+    Has the C library keep freed memory for the next temporaries (`keep_freed_memory`).
     """
     warn_if_oversubscribed(stacklevel=3)
+    keep_freed_memory()
     params = dict(model.params)  # FastModel prepares what is not prepared yet
     if own:
         model.params = {}
         params = prepare(params, model.config.tie_embeddings, consume=True)
     return FastModel(model.config, params, model.tokenizer)
+
+
+def keep_freed_memory() -> bool:
+    """Have the C library's malloc keep freed memory for the next blocks: those under
+    MMAP_THRESHOLD come from its heap, and up to TRIM_THRESHOLD of freed memory stays there,
+    so that a temporary made again (every layer, every chunk) finds its pages already mapped.
+    Only where arrays live changes, never a value; the process may hold up to TRIM_THRESHOLD
+    of freed memory. Returns whether the C library took both settings (glibc does; elsewhere
+    nothing changes)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError, TypeError):  # no mallopt, or no C library by that route
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def reference(model: Model) -> Model:
