@@ -3,11 +3,12 @@ computes.
 
 `fast_attention.causal_attention(q, k, v, mask)` scores each block of queries against only the
 keys it may see, a block of keys at a time, with a running softmax. Both get the mask a forward
-pass builds (`masks.positions_and_mask`). Hypothesis draws the shapes (batch, key
-heads, query heads per key head), the offset of a cache (`start`, as in decoding and after a
-slide), left padding per row, keys stored transposed or plain, and block
-sizes small enough that every kind of edge occurs: a tile on the causal diagonal, a tile all
-hidden from some query (padding, or keys past it), a last block shorter than the others.
+pass builds (`masks.positions_and_mask`, `masks.sliding_window`). Hypothesis draws the shapes
+(batch, key heads, query heads per key head), the offset of a cache (`start`, as in decoding
+and after a slide), left padding per row, a local layer's window, keys stored transposed or
+plain, and block sizes small enough that every kind of edge occurs: a tile on the causal
+diagonal, a tile all hidden from some query (padding, or keys past it, or before its window),
+a last block shorter than the others.
 """
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from minillm import fast, fast_attention
 from minillm.layers import attention
-from minillm.masks import positions_and_mask
+from minillm.masks import positions_and_mask, sliding_window
 
 ATOL = 1e-12  # float64: the same sums, split in blocks and rescaled by exp(m - m')
 
@@ -67,11 +68,18 @@ def test_tiled_causal_attention_equals_reference(data):
     q, k, v = inputs(np.random.default_rng(T * 100 + start), B, K, group, T, start, d,
                      transposed_keys=layout)
     q *= loud
-    expected = reference(q, k, v, start, pad)
+    mask = mask_of(q, start, pad)
+    # A local layer's window (Gemma 3): the keys from `first` on, the window in the mask, so
+    # that an earlier query may see a key a later one may not.
+    window = data.draw(st.sampled_from([None, None, 1, 4, 12]), label="window")
+    if window is not None:
+        first, mask = sliding_window(mask, start, T, window)
+        k, v = k[..., first:, :], v[..., first:, :]
+    expected = attention(q, k, v, mask)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fast_attention, "QUERY_ROWS", rows)
         patch.setattr(fast_attention, "SCORE_ENTRIES", B * K * group * min(rows, T) * keys)
-        got = fast_attention.causal_attention(q, k, v, mask_of(q, start, pad))
+        got = fast_attention.causal_attention(q, k, v, mask)
     assert got.shape == expected.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
 
