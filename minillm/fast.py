@@ -4,7 +4,8 @@ The algorithm files hold the reference: `layers.linear` is `x @ W.T + b` and an 
 product is `s_r (Q_r . x)`. This module changes *how* those products run, never *what* they
 compute: memory layouts chosen per matrix, big products cut into blocks that BLAS handles
 better, a few rows by a large matrix as one matrix-vector product each, a second copy of a
-tied output layer in the other layout, int8 widened a block at a time into a reused buffer.
+tied output layer in the other layout, int8 widened a block at a time into a reused buffer,
+and the C library's malloc told to keep freed memory for the next temporaries.
 
 `accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
