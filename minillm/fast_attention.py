@@ -44,12 +44,13 @@ def causal_attention(q, k, v, mask=None, scale=None):
     and the output is a / l once every block is in: the same softmax, its sums split in parts.
     The shift only keeps exp in range: the sums are first taken with c = 0 (nothing
     subtracted, nothing rescaled), and only where they left the range again with
-    FlashAttention's running maximum (`_softmax_sums`). l rides along with a as one more column, [a, l]: for a block of
-    many queries, V gets a column of ones, so that one product exp(s - c') [V, 1] gives both
-    sums and the scores are not read again to add them up (V is copied once per call for
-    that, which for a few queries would copy the cache at every decoding step: they add up
-    the scores instead). Inside the blocks, the mask hides what it hides (the causal
-    diagonal, padding), in the blocks past the first key some query may not see.
+    FlashAttention's running maximum (`_softmax_sums`). l rides along with a as one more
+    column, [a, l]: for a block of many queries, V gets a column of ones, so that one product
+    exp(s - c') [V, 1] gives both sums and the scores are not read again to add them up (V is
+    copied once per call for that, which for a few queries would copy the cache at every
+    decoding step: they add up the scores instead). Inside the blocks, the mask hides what it
+    hides (the causal diagonal, padding, a local layer's window), in the blocks past the first
+    key some query may not see.
     Many queries (a prompt) are tiled one key head of one text at a time, so that a tile stays
     in cache between its products; a few (a decoding step) in one tile for every head, which
     saves the loop's calls where there is little to compute.

@@ -299,8 +299,8 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_the_fast_path_keeps_freed_memory_for_the_next_temporary():
     """Ten 3 MiB temporaries (a SmolLM2 chunk's MLP activation), each freed before the next is
-    made: glibc by default maps each afresh, pages faulted in one by one; once a model
-    is accelerated (fast.keep_freed_memory) they reuse the pages of the first."""
+    made: glibc by default maps each afresh, its pages faulted in one by one; once a model is
+    accelerated (fast.keep_freed_memory) they reuse the pages of the first."""
     faults = {how: int(subprocess.run([sys.executable, "-c", TEMPORARIES, how], check=True,
                                       capture_output=True, text=True).stdout)
               for how in ("reference", "fast")}
