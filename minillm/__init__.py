@@ -4,7 +4,7 @@
     model = minillm.load("weights/target.npz")
     logits = model.forward(tokens)            # (B, T) ids -> (B, T, vocab) logits
 """
-from .blas import threads
+from .fast.blas import threads
 from .config import ModelConfig
 from .generate import generate, stream
 from .logprobs import Rollout, ScoredToken
@@ -14,7 +14,7 @@ from .model import Model, random_model
 from .quantize import QuantizedWeight, quantize, quantize_rows
 from .sampling import SamplingConfig, filtered_probs, sample_next_token
 from .speculative import SpeculativeStats, speculative_generate
-from .weights import WeightsError, load, save
+from .files.npz import WeightsError, load, save
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """A conversation kept in the KV cache: each turn reads only what is new.
 
-Every turn renders the whole conversation again (chat.py) and asks the model to continue it.
+Every turn renders the whole conversation again (text/chat_template.py) and asks the model to continue it.
 Most of that text was read in earlier turns, and its keys and values are still in the cache:
 
     keep   = the longest common prefix of the cached tokens and the new prompt

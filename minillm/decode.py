@@ -87,9 +87,9 @@ def next_tokens(model, step: Step, rng) -> np.ndarray:
     """(B,) the token of every row: `choose` from the step's distributions.
 
     The one place where a model may choose its own way: a model with a method
-    `next_tokens(step, rng)` is asked instead, and must return exactly these tokens (fast.py's
-    model takes the argmax of greedy logits without building the distributions;
-    tests/test_fast.py proves it equal).
+    `next_tokens(step, rng)` is asked instead, and must return exactly these tokens (the fast
+    model of minillm/fast/ takes the argmax of greedy logits without building the
+    distributions; tests/test_fast.py proves it equal).
     """
     own = getattr(model, "next_tokens", None)
     return choose(step.probs, step.knobs, rng) if own is None else own(step, rng)

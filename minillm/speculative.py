@@ -29,7 +29,7 @@ from .logprobs import Rollout, score
 from .request import check_prompts, generation_config, is_batch, random_generator, warn_if_cut
 from .sampling import SamplingConfig, choose, draw, filtered_probs
 from .stopping import reached_stop, start_text
-from .tokenizer import same_tokens
+from .text.tokenizer import same_tokens
 from .window import view_start
 
 

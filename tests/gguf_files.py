@@ -10,7 +10,7 @@ import struct
 
 import numpy as np
 
-from minillm.convert.naming import half_to_interleaved
+from minillm.files.naming import half_to_interleaved
 
 # Metadata value types and a few ggml tensor types, numbered as in the GGUF spec.
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY = range(10)

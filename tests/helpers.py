@@ -1,5 +1,5 @@
 """A byte tokenizer shared by the test modules (model strategies: minillm.testing.strategies)."""
-from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer
 
 
 def byte_tokenizer():

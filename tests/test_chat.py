@@ -6,12 +6,12 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-import minillm.chat
-from minillm.chat import (CHATML_TEMPLATE, ChatML, chat_format, chat_prompt_ids,
-                          render_chat)
+import minillm.text.chat_template
+from minillm.text.chat_template import (CHATML_TEMPLATE, ChatML, chat_format, chat_prompt_ids,
+                                        render_chat)
 from minillm.conversation import common_prefix_length
-from minillm.optional import install_hint
-from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
+from minillm.plumbing.optional import install_hint
+from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
 
 
 @pytest.fixture(params=["jinja2", "built-in"])
@@ -20,13 +20,13 @@ def renderer(request, monkeypatch):
     if request.param == "jinja2":
         pytest.importorskip("jinja2")
     else:
-        monkeypatch.setattr(minillm.chat, "_jinja", lambda: None)
+        monkeypatch.setattr(minillm.text.chat_template, "_jinja", lambda: None)
     return request.param
 
 
 @pytest.fixture
 def without_jinja(monkeypatch):
-    monkeypatch.setattr(minillm.chat, "_jinja", lambda: None)
+    monkeypatch.setattr(minillm.text.chat_template, "_jinja", lambda: None)
 
 # SmolLM2-135M-Instruct's template, as its GGUF file and tokenizer_config.json hold it.
 SMOLLM2_TEMPLATE = (

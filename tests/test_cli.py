@@ -303,7 +303,8 @@ def test_the_reference_flag_loads_the_reference_model(files, capsys, monkeypatch
                                                       argv):
     """--reference: every model a command loads is the reference (minillm.Model, not the fast
     path's FastModel, which it is without the flag); the output is the same."""
-    from minillm import fast, weights
+    from minillm.fast import model as fast
+    from minillm.files import npz as weights
 
     real_load, loaded = weights.load, []
     monkeypatch.setattr(weights, "load", lambda path, fast=None: loaded.append(

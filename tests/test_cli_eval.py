@@ -5,7 +5,7 @@ import pytest
 
 import minillm
 from minillm.cli import main
-from minillm.evaluate import evaluate
+from minillm.study.evaluate import evaluate
 from tests.test_cli import VOCAB, byte_tokenizer
 
 TEXT = "In the beginning was a short text, read twice: in the beginning was a short text.\n"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.chat import chat_prompt_ids
+from minillm.text.chat_template import chat_prompt_ids
 from minillm.conversation import Conversation, respond
 from minillm.request import generation_config
 from tests.test_chat import ASSISTANT, USER, USER_AGAIN, chatml_tokenizer

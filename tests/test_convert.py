@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import minillm
 from minillm.cli import main
-from minillm.convert import (NAMINGS, Naming, config_from_hf, config_to_hf, detect_naming,
-                             from_state_dict, half_to_interleaved, interleaved_to_half,
-                             to_hf_state_dict)
+from minillm.files import (NAMINGS, Naming, config_from_hf, config_to_hf, detect_naming,
+                           from_state_dict, half_to_interleaved, interleaved_to_half,
+                           to_hf_state_dict)
 from minillm.layers import apply_rope, rope_tables
 from minillm.testing.strategies import model_configs
 
@@ -287,7 +287,7 @@ def test_export_rejects_what_the_target_cannot_express():
 
 def test_export_writes_files_with_the_permissions_open_would_give_them(tmp_path):
     pytest.importorskip("safetensors")
-    from minillm.convert import export_hf
+    from minillm.files import export_hf
 
     cfg = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)
@@ -305,7 +305,7 @@ def test_exported_config_names_the_tokenizers_special_ids(tmp_path):
     pytest.importorskip("safetensors")
     import json
 
-    from minillm.convert import export_hf
+    from minillm.files import export_hf
 
     model = minillm.load("weights/target.npz")  # GPT-2 style: <|endoftext|> ends a text
     export_hf(model, tmp_path)

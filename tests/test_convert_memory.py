@@ -8,7 +8,7 @@ import pytest
 
 import minillm
 from minillm.cli import main
-from minillm.convert import from_state_dict, gguf_quants, model_from_gguf, to_hf_state_dict
+from minillm.files import from_state_dict, gguf_quants, model_from_gguf, to_hf_state_dict
 from minillm.quantize import QuantizedWeight, is_linear_weight, quantize
 from tests.gguf_files import gguf_bytes, gpt2_gguf_parts, model_gguf_bytes, valid_files
 
@@ -115,7 +115,7 @@ def test_a_conversion_holds_the_kept_arrays_plus_the_tensor_at_hand(tmp_path, mo
         _, old_peak = traced_peak(lambda: quantize(model_from_gguf(path)))
     else:  # the file's whole float32 copy beside the model being built
         def old():
-            from minillm.convert import read_gguf
+            from minillm.files import read_gguf
             gguf = read_gguf(path)
             tensors = {name: t.numpy() for name, t in gguf.tensors.items()}
             return model_from_gguf(gguf), tensors

@@ -19,7 +19,7 @@ from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS
 from minillm.desk.server import make_server, serve_in_thread
 from minillm.desk.rounds import rounds
 from minillm.desk.widgets import make_desk
-from minillm.explain import surprise
+from minillm.study.explain import surprise
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 PROMPT = "In the beginning"

@@ -18,7 +18,7 @@ import pytest
 
 import minillm
 from minillm.desk import PASSAGE
-from minillm.explain import repeats, surprise
+from minillm.study.explain import repeats, surprise
 
 pytestmark = pytest.mark.browser
 

@@ -1,4 +1,4 @@
-"""minillm/explain.py and `minillm generate --explain / --plot`: each token's surprise, rank
+"""minillm/study/explain.py and `minillm generate --explain / --plot`: each token's surprise, rank
 and repeat mark against the library computing them another way."""
 import re
 import sys
@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import minillm
 from minillm.cli import main
-from minillm.explain import explained_generate, notes, repeats, surprise
+from minillm.study.explain import explained_generate, notes, repeats, surprise
 from minillm.layers import log_softmax
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.evaluate import bits_per_byte, evaluate
+from minillm.study.evaluate import bits_per_byte, evaluate
 from minillm.layers import log_softmax
 
 

@@ -1,4 +1,4 @@
-"""The fast path (minillm/fast.py) computes what the reference computes.
+"""The fast path (minillm/fast/model.py) computes what the reference computes.
 
 Every device is checked against the formula it replaces: products in every layout and block
 split against x @ W.T, and whole models, fast.accelerate(model) against model: prefill and
@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
-from minillm import decode, fast
+from minillm import decode
+from minillm.fast import model as fast
 from minillm.drafters import first_layers
 from minillm.sampling import SamplingConfig
 from minillm.testing import assert_batch_matches, assert_rollback_matches
@@ -283,7 +284,7 @@ TEMPORARIES = """
 import resource, sys
 import numpy as np
 import minillm
-from minillm import fast
+from minillm.fast import model as fast
 if sys.argv[1] == "fast":
     cfg = minillm.ModelConfig(arch="modern", vocab_size=32, context_length=8, d_model=16,
                               n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)

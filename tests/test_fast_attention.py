@@ -1,4 +1,4 @@
-"""The tiled causal attention of minillm/fast_attention.py computes what `layers.attention`
+"""The tiled causal attention of minillm/fast/attention.py computes what `layers.attention`
 computes.
 
 `fast_attention.causal_attention(q, k, v, mask)` scores each block of queries against only the
@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minillm import fast, fast_attention
+from minillm.fast import model as fast
+from minillm.fast import attention as fast_attention
 from minillm.layers import attention
 from minillm.masks import positions_and_mask, sliding_window
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minillm.convert.gguf import read_gguf
-from minillm.convert.gguf_metadata import read
-from minillm.convert.gguf_quants import GGML_TYPES, dequantize
-from minillm.weights import WeightsError
+from minillm.files.gguf import read_gguf
+from minillm.files.gguf_metadata import read
+from minillm.files.gguf_quants import GGML_TYPES, dequantize
+from minillm.files.npz import WeightsError
 from tests.gguf_files import (ARRAY, BOOL, F32, FLOAT32, FLOAT64, INT8, INT16, INT32, INT64,
                               Q8_0, STRING, UINT8, UINT16, UINT32, UINT64, gguf_bytes)
 
@@ -109,7 +109,7 @@ def test_every_type_decodes_bit_for_bit_as_gguf_does(ggml_type, seed, rows, bloc
 def test_decoding_a_slice_of_blocks_at_a_time_changes_no_bit(ggml_type, monkeypatch):
     """dequantize decodes DECODE_VALUES values at a time into the kept array; slices of one
     and of two blocks (with a short last slice) give the bits of one slice for all."""
-    from minillm.convert import gguf_quants
+    from minillm.files import gguf_quants
     _, block_values, _, _ = GGML_TYPES[ggml_type]
     raw = random_raw(np.random.default_rng(7), ggml_type, 15)
     whole = dequantize(raw, ggml_type, (3, 5 * block_values))

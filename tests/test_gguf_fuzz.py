@@ -302,9 +302,9 @@ def check_file(path):
     import numpy as np
 
     import minillm
-    from minillm.convert import model_from_gguf, read_gguf
-    from minillm.tokenizer import Tokenizer
-    from minillm.weights import WeightsError
+    from minillm.files import model_from_gguf, read_gguf
+    from minillm.text.tokenizer import Tokenizer
+    from minillm.files.npz import WeightsError
 
     def run(stage, f):
         try:

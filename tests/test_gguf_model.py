@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 import minillm
 from minillm.cli import main
-from minillm.convert import convert, interleaved_to_half, model_from_gguf
+from minillm.files import convert, interleaved_to_half, model_from_gguf
 from minillm.quantize import QuantizedWeight
-from minillm.tokenizer import Tokenizer, same_tokens
-from minillm.weights import WeightsError
+from minillm.text.tokenizer import Tokenizer, same_tokens
+from minillm.files.npz import WeightsError
 from tests.gguf_files import (ARRAY, FLOAT32, FLOAT64, INT32, STRING, UINT32, UINT64,
                               gguf_bytes, gpt2_gguf_parts, llama_cpp_metadata,
                               llama_cpp_tensors, model_gguf_bytes, model_gguf_parts,
@@ -326,7 +326,7 @@ def test_every_metadata_value_is_checked_for_type_and_range(tmp_path, key, value
 
 
 def test_tokenizer_metadata_gives_every_key_checked_and_none_for_the_missing():
-    from minillm.convert.gguf_metadata import tokenizer_metadata
+    from minillm.files.gguf_metadata import tokenizer_metadata
 
     metadata = {key: v[1] if t == ARRAY else v for key, t, v in tokenizer_entries()}
     fields = tokenizer_metadata(metadata)
@@ -344,7 +344,7 @@ def test_tokenizer_metadata_gives_every_key_checked_and_none_for_the_missing():
 def test_the_tokenizer_reads_the_checked_metadata_and_refuses_in_the_same_terms():
     with tempfile.TemporaryDirectory() as folder:
         path = write(folder, gguf_bytes(tokenizer_entries()))
-        metadata = minillm.convert.read_gguf(path).metadata
+        metadata = minillm.files.read_gguf(path).metadata
     assert len(Tokenizer.from_gguf(metadata)) == 40
     for key, value in [("tokenizer.ggml.merges", 3), ("tokenizer.ggml.tokens", None),
                        ("tokenizer.ggml.eos_token_id", float("inf"))]:
@@ -383,7 +383,7 @@ def test_whatever_convert_writes_load_reads(tmp_path, name):
     back to the same model; the tokenizer-only file reads and is refused in one line."""
     path = write(tmp_path, VALID[name])
     if name == "vocab-only":
-        assert len(Tokenizer.from_gguf(minillm.convert.read_gguf(path).metadata)) == 40
+        assert len(Tokenizer.from_gguf(minillm.files.read_gguf(path).metadata)) == 40
         with pytest.raises(WeightsError, match="no token_embd.weight tensor$"):
             model_from_gguf(path)
         return

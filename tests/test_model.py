@@ -16,8 +16,8 @@ import minillm
 from minillm.config import MAX_CONTEXT_LENGTH
 from minillm.layers import rope_tables
 from minillm.testing import assert_batch_matches, assert_chunks_match, assert_rollback_matches
-from minillm.testing.strategies import (chunkings, model_configs, ragged_batches,
-                                        rollback_cases, token_arrays)
+from minillm.testing.strategies import (chunkings, model_configs, ragged_batches, rollback_cases,
+                                        token_arrays)
 
 ATOL = 1e-12
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minillm import optional
+from minillm.plumbing import optional
 
 ROOT = Path(__file__).resolve().parents[1]
 

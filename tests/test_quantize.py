@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import minillm
-from minillm import fast
+from minillm.fast import model as fast
 from minillm.quantize import QuantizedWeight, quantize_rows
 from minillm.testing.strategies import model_configs
 
@@ -265,7 +265,7 @@ def test_cli_quantize_writes_an_int8_file_and_reports_sizes(tmp_path, capsys):
 
 
 def test_quality_compare_on_identical_and_uniform_models():
-    from minillm.quality import compare, next_token_loss, windows
+    from minillm.study.quality import compare, next_token_loss, windows
 
     model = minillm.random_model(CFG, seed=9)
     wins = windows(np.arange(40) % CFG.vocab_size, 8)

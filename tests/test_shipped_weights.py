@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.evaluate import evaluate
+from minillm.study.evaluate import evaluate
 
 WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "weights"
 CHECKS = json.loads((WEIGHTS / "checks.json").read_text(encoding="utf-8"))

@@ -327,7 +327,7 @@ def test_first_layers_is_the_target_cut_short_and_shares_its_weights():
 
 
 def test_a_draft_model_must_share_the_targets_tokenizer():
-    from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+    from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer
 
     cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=16, d_model=8,
                               n_layers=1, n_heads=2)

@@ -28,7 +28,7 @@ from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, check_batch_equ
                              check_window_slides, exact_sequence_distribution,
                              power_by_noncentral_approximation, power_by_simulation,
                              smallest_detectable_tv)
-from minillm.tokenizer import BYTE_TO_CHAR
+from minillm.text.tokenizer import BYTE_TO_CHAR
 from tests.helpers import byte_tokenizer
 
 ATOL = 1e-12

@@ -69,7 +69,7 @@ def test_minillm_threads_refuses_a_count_that_is_not_a_positive_int(bad):
 
 
 def test_more_blas_threads_than_free_cores_warns_once(monkeypatch):
-    from minillm import blas
+    from minillm.fast import blas
 
     monkeypatch.setattr(blas, "_warned", False)
     monkeypatch.setattr(blas, "free_cores", lambda: 1)
@@ -87,7 +87,7 @@ def test_more_blas_threads_than_free_cores_warns_once(monkeypatch):
 
 
 def test_free_cores_counts_the_cores_left_by_the_load(monkeypatch):
-    from minillm import blas
+    from minillm.fast import blas
 
     monkeypatch.setattr(blas.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for load, free in [(0.0, 4), (0.9, 4), (1.2, 3), (3.5, 1), (9.0, 1)]:
@@ -97,7 +97,7 @@ def test_free_cores_counts_the_cores_left_by_the_load(monkeypatch):
 
 def test_loading_a_model_warns_when_blas_threads_outnumber_the_free_cores(monkeypatch):
     import minillm
-    from minillm import blas
+    from minillm.fast import blas
 
     monkeypatch.setattr(blas, "_warned", False)
     monkeypatch.setattr(blas, "free_cores", lambda: 1)

@@ -7,12 +7,12 @@ import unicodedata
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.bpe import BYTE_TO_CHAR
-from minillm.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS,
-                                 gpt2_split_pattern, pre_tokenize, split_pattern,
-                                 to_python_regex, unicode_categories,
-                                 unicode_letters_and_numbers)
-from minillm.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
+from minillm.text.bpe import BYTE_TO_CHAR
+from minillm.text.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS,
+                                      gpt2_split_pattern, pre_tokenize, split_pattern,
+                                      to_python_regex, unicode_categories,
+                                      unicode_letters_and_numbers)
+from minillm.text.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
 
 TOKENIZER_JSON = pathlib.Path(__file__).resolve().parents[1] / "weights" / "tokenizer.json"
 EOS = "<|endoftext|>"
@@ -587,7 +587,7 @@ def naive_merge(symbols, priority):
 @given(st.text(alphabet="abc", max_size=16),
        st.dictionaries(st.text(alphabet="abc", min_size=2, max_size=4), st.integers(0, 5)))
 def test_merge_by_priority_is_the_definition(text, scores):
-    from minillm.sentencepiece import merge_by_priority
+    from minillm.text.sentencepiece import merge_by_priority
 
     def priority(left, right):
         return scores.get(left + right)
@@ -599,8 +599,8 @@ def test_merge_by_priority_is_the_definition(text, scores):
        st.dictionaries(st.text(alphabet="ab\u2581", min_size=1, max_size=4),
                        st.floats(-5, 0, allow_nan=False), min_size=1))
 def test_merging_in_independent_parts_is_merging_the_whole(text, scored):
-    from minillm.sentencepiece import (by_score, independent_parts, joinable_pairs,
-                                       merge_by_priority)
+    from minillm.text.sentencepiece import (by_score, independent_parts, joinable_pairs,
+                                            merge_by_priority)
 
     vocab = {token: i for i, token in enumerate(scored)}
     priority = by_score(vocab, list(scored.values()))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.weights import CONFIG_KEY, VERSION_KEY
+from minillm.files.npz import CONFIG_KEY, VERSION_KEY
 
 CFG = minillm.ModelConfig(arch="modern", vocab_size=30, context_length=8, d_model=8, n_layers=2,
                           n_heads=2, n_kv_heads=1, d_ff=12)

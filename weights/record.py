@@ -19,7 +19,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import minillm  # noqa: E402
-from minillm.evaluate import bits_per_byte, evaluate  # noqa: E402
+from minillm.study.evaluate import bits_per_byte, evaluate  # noqa: E402
 
 SLICE_TOKENS = 2048
 SAMPLE = dict(prompt="In the beginning", max_new_tokens=24, temperature=0.8, seed=0)

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from minillm import fast_attention
+from minillm.fast import attention as fast_attention
 
 from ..suite.machine import set_threads
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from minillm import ModelConfig
 from minillm.config import parameter_shapes
-from minillm.fast import SMALL_PRODUCT, Dense, laid_out
+from minillm.fast.model import SMALL_PRODUCT, Dense, laid_out
 from minillm.layers import linear
 from minillm.quantize import is_linear_weight
 

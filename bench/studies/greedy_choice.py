@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 import minillm
-from minillm import decode, fast
+from minillm import decode
+from minillm.fast import model as fast
 
 from ..suite.machine import set_threads
 from ..suite.shapes import FULL_SIZES

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from minillm.fast import BLOCK_BYTES, blocked_matmul
+from minillm.fast.model import BLOCK_BYTES, blocked_matmul
 from minillm.quantize import quantize_rows
 
 from ..suite.machine import set_threads

@@ -23,7 +23,7 @@ from ..suite import real
 RUN = """
 import json, resource, sys, time
 import minillm
-from minillm import fast
+from minillm.fast import model as fast
 from minillm.generate import stream
 from bench.suite.machine import set_threads
 from bench.suite.real_long import prompt_ids

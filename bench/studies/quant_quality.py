@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import minillm
-from minillm.quality import compare, loss, windows
+from minillm.study.quality import compare, loss, windows
 from minillm.quantize import QuantizedWeight, is_linear_weight
 
 from ..suite.plots import pyplot
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         model = minillm.load(args.model_path, fast=False)
         tokenizer = model.tokenizer
         if args.tokenizer:
-            from minillm.tokenizer import load_tokenizer
+            from minillm.text.tokenizer import load_tokenizer
             tokenizer = load_tokenizer(args.tokenizer)
         if tokenizer is None:
             parser.error("the model has no tokenizer: give --tokenizer")

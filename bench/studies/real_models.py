@@ -103,7 +103,7 @@ def conversion_peak_mib(gguf) -> float:
     minillm.convert.model_from_gguf."""
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over from the parent
     # across fork and exec, and the parent holds three models.
-    code = ("from minillm.convert import model_from_gguf; "
+    code = ("from minillm.files import model_from_gguf; "
             f"model_from_gguf({str(gguf)!r}); "
             "print(next(int(line.split()[1]) for line in open('/proc/self/status') "
             "if line.startswith('VmHWM')) / 1024)")

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from minillm import fast_attention
+from minillm.fast import attention as fast_attention
 from minillm.layers import attention
 from minillm.masks import positions_and_mask
 

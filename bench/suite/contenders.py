@@ -6,7 +6,7 @@ import numpy as np
 
 import minillm
 from minillm.fast import accelerate
-from minillm.optional import install_hint
+from minillm.plumbing.optional import install_hint
 
 from .timing import Missing
 

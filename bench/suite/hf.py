@@ -10,7 +10,7 @@ def load(model):
     import torch
     import transformers
 
-    from minillm.convert import config_to_hf, to_hf_state_dict
+    from minillm.files import config_to_hf, to_hf_state_dict
 
     fields = config_to_hf(model.config)
     fields.pop("architectures")

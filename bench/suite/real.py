@@ -96,7 +96,7 @@ def int8(ctx, name="minillm int8"):
 def chat_ids(tokenizer, request: str, length: int | None = None) -> list:
     """The chat prompt of one user request; with `length`, cut inside the request to exactly
     that many tokens (the template's closing tokens kept at the end)."""
-    from minillm.chat import chat_prompt_ids
+    from minillm.text.chat_template import chat_prompt_ids
 
     ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": request}])
     if length is None:

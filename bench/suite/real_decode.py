@@ -189,7 +189,7 @@ def table_rows(threads, workers, answers, peaks, bw, P, N) -> list:
 def int8_ceiling_row(bw, workers, rows, case, width: int) -> Row:
     """The ceiling of int8 decoding by widening blocks (bench.suite.roofline.widening_ceiling),
     for the all-int8 model, next to what it reached and to the float32 roofline."""
-    from minillm.fast import BLOCK_BYTES
+    from minillm.fast.model import BLOCK_BYTES
 
     name, label = "minillm int8 + emb", "ceiling, int8 widened"
     int8, f32 = workers.get(name), workers.get("minillm f32")

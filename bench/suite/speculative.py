@@ -58,7 +58,7 @@ def held_out_ids(target, chars: int | None = None) -> list:
     """The validation text's token ids: its first `chars` characters, or all of it."""
     tokenizer = target.tokenizer
     if tokenizer is None:
-        from minillm.tokenizer import load_tokenizer
+        from minillm.text.tokenizer import load_tokenizer
         tokenizer = load_tokenizer(os.path.join(WEIGHTS, "tokenizer.json"))
     with open(os.path.join(WEIGHTS, "web_valid.txt"), encoding="utf-8") as f:
         return tokenizer.encode(f.read() if chars is None else f.read(chars))

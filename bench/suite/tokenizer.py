@@ -84,7 +84,7 @@ def run(ctx):
     s = ctx["settings"]
     title = "7. Tokenizer: encoding the validation text (a fresh tokenizer each run: cold cache)"
     try:
-        from minillm.tokenizer import Tokenizer  # noqa: F401
+        from minillm.text.tokenizer import Tokenizer  # noqa: F401
     except ImportError as e:
         return title, [Row("tokenizer", "encode", "minillm", "MB/s", missing=str(e))]
     if not os.path.exists(TEXT):
@@ -117,7 +117,7 @@ def encoding_rows(spec, text, repeats, cold=True, family="") -> list:
     cold: a fresh tokenizer for each run. Otherwise one tokenizer per contender, warmed up by an
     untimed run over the same text, so that the timed runs find every word in its cache.
     """
-    from minillm.tokenizer import Tokenizer
+    from minillm.text.tokenizer import Tokenizer
 
     size = len(text.encode("utf-8"))
     ids = {}
@@ -160,8 +160,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads of `tokenizers` (1)")
     args = parser.parse_args(argv)
     print(set_threads(args.threads)[0] + "\n")  # before `tokenizers` is imported
-    from minillm.pretokenize import gpt2_split_pattern
-    from minillm.tokenizer import Tokenizer
+    from minillm.text.pretokenize import gpt2_split_pattern
+    from minillm.text.tokenizer import Tokenizer
 
     text = read(args.text, args.bytes)
     start = time.perf_counter()

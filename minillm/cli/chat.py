@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import numpy as np
 
-    from ..chat import chat_prompt_ids
+    from ..text.chat_template import chat_prompt_ids
     from ..conversation import Conversation, common_prefix_length, respond
     from ..request import generation_config
     from ..stopping import cut_at_stop

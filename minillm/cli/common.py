@@ -4,7 +4,7 @@ the prompt and the knobs as arguments, and the thread setting of NumPy's BLAS.
 Errors a user can cause become a UsageError (or a ValueError from the library): one line on
 stderr and exit code 2.
 
-The thread setting is `minillm.threads` (minillm/blas.py), as in a Python program.
+The thread setting is `minillm.threads` (minillm/fast/blas.py), as in a Python program.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blas import threads
+from ..fast.blas import threads
 from ..knobs import KNOBS
 from ..stopping import find_stop, undecided_length
 
@@ -85,7 +85,7 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
     smollm2-135m-instruct), or the shipped default; a missing file is a one-line error.
     int8: quantize its linear weights on load (an already int8 file stays as it is).
     reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0."""
-    from ..weights import load
+    from ..files.npz import load
 
     if path is None:
         if not DEFAULT_MODEL.exists():
@@ -298,7 +298,7 @@ def text_writer(tokenizer, out, stop_strings=(), hidden=()):
     return write
 
 
-# -- the thread setting (minillm/blas.py) ------------------------------------------------
+# -- the thread setting (minillm/fast/blas.py) ------------------------------------------------
 
 def blas_threads(n: int):
     """A context manager running the command with NumPy's BLAS on n threads (--threads)."""

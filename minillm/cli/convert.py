@@ -37,8 +37,8 @@ def _naming(value):
 
 
 def run(args) -> int:
-    from ..convert import config_from_json_file, convert
-    from ..weights import check_folder, save
+    from ..files import config_from_json_file, convert
+    from ..files.npz import check_folder, save
 
     check_folder(args.out)
     config = None if args.config is None else config_from_json_file(args.config)

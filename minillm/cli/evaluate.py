@@ -4,7 +4,7 @@
     minillm eval --model_path M.npz --int8 --text my_text.txt
 
 The text is encoded with the model's tokenizer and read in non-overlapping windows of the
-context length (see minillm/evaluate.py); a progress line shows on stderr as it goes.
+context length (see minillm/study/evaluate.py); a progress line shows on stderr as it goes.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..evaluate import bits_per_byte, evaluate
+    from ..study.evaluate import bits_per_byte, evaluate
     from .common import load_model, read_text_file
 
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)

@@ -14,8 +14,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..convert import export_hf
-    from ..weights import load
+    from ..files import export_hf
+    from ..files.npz import load
 
     model = load(args.model_path, fast=False if args.reference else None)
     export_hf(model, args.out_dir)

@@ -139,8 +139,8 @@ def pip_download(spec: str, folder) -> Path:
 
 
 def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:
-    from ..convert import convert
-    from ..weights import save
+    from ..files import convert
+    from ..files.npz import save
 
     print(f"converting {gguf.name} ...", file=sys.stderr)
     save(convert(str(gguf), int8=int8), out)

@@ -202,8 +202,8 @@ def print_logprobs(model, prompt, args) -> int:
 
 
 def print_explained(model, prompt, args) -> int:
-    """--explain, --plot: the text with every new token marked (minillm/explain.py)."""
-    from ..explain import legend, write_explained
+    """--explain, --plot: the text with every new token marked (minillm/study/explain.py)."""
+    from ..study.explain import legend, write_explained
 
     if args.draft is not None or args.draft_model is not None or args.logprobs:
         raise UsageError("--explain: not with --logprobs or speculative decoding")

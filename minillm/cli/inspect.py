@@ -24,7 +24,7 @@ def _part(name: str) -> str:
 
 def run(args) -> int:
     from ..fast import FastModel
-    from ..weights import load
+    from ..files.npz import load
 
     model = load(args.model_path, fast=False if args.reference else None)
     cfg = model.config

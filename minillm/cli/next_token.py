@@ -42,7 +42,7 @@ def token_label(model, token: int) -> str:
 
 
 def run(args) -> int:
-    from ..explain import entropy
+    from ..study.explain import entropy
     from ..sampling import filtered_probs
 
     if args.top < 1:

@@ -29,7 +29,7 @@ def _mib(n: int) -> str:
 
 def run(args) -> int:
     from ..quantize import quantize
-    from ..weights import check_folder, load, save
+    from ..files.npz import check_folder, load, save
 
     check_folder(args.output)
     model = load(args.input, fast=False if args.reference else None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
-from ..explain import REPEAT_N, Watched, entropy, repeats, surprise
+from ..study.explain import REPEAT_N, Watched, entropy, repeats, surprise
 from .fields import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RequestError
 from .rounds import Recorded, rounds
 
@@ -44,7 +44,7 @@ def make_desk(model, name, draft=None, passage="") -> Desk:
         raise ValueError(f"{name}: the desk needs a model that carries its tokenizer")
     chat = model.tokenizer.chat_template is not None
     if chat:
-        from ..chat import chat_prompt_ids
+        from ..text.chat_template import chat_prompt_ids
 
         try:  # a template minillm cannot render: the desk reads prompts as plain text
             chat_prompt_ids(model.tokenizer, [{"role": "user", "content": "hi"}])
@@ -62,7 +62,7 @@ def prompt_ids(desk: Desk, text: str, drawn=(), new_tokens: int = 0) -> list[int
         raise RequestError("prompt: empty; type a beginning")
     tokenizer = desk.model.tokenizer
     if desk.chat:
-        from ..chat import chat_prompt_ids
+        from ..text.chat_template import chat_prompt_ids
 
         ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
     else:

@@ -10,7 +10,7 @@ use fixed seeds. docs/TESTING.md says how to point them at an engine.
 This package needs Hypothesis (the `testing` extra, pip install -e ".[testing]" in a checkout,
 pip install "minillm-numpy[testing]" otherwise); minillm itself does not.
 """
-from ..optional import require
+from ..plumbing.optional import require
 
 require("hypothesis", "testing", "minillm.testing")  # one line saying how, not a bare traceback
 
@@ -22,8 +22,8 @@ from .engine import Engine, assert_deterministic
 from .sampler import (LLAMA_CPP_ORDER, MINILLM_ORDER, SamplerReport, assert_draws_follow,
                       assert_filter_holds, check_draws, check_sampler, probabilities_in_order)
 from .speculative import check_speculative_distribution, exact_sequence_distribution
-from .stats import (FALSE_ALARM, chi_square, chi_square_critical, power_by_noncentral_approximation,
-                    power_by_simulation, smallest_detectable_tv)
+from .stats import (FALSE_ALARM, chi_square, chi_square_critical,
+                    power_by_noncentral_approximation, power_by_simulation, smallest_detectable_tv)
 from .stream import assert_stream_matches, check_stream_decoder
 from .window import assert_slides_match, check_window_slides, slide_views
 

@@ -14,7 +14,7 @@ import pathlib
 import pytest
 from template_files import GEMMA3, GEMMA3_SHA256, chat_template, index_entry, sha256
 
-from minillm.chat import render_chat
+from minillm.text.chat_template import render_chat
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("jinja2")

@@ -8,7 +8,7 @@ import pytest
 
 import minillm
 from minillm.cli import main
-from minillm.convert import convert, to_hf_state_dict
+from minillm.files import convert, to_hf_state_dict
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -69,8 +69,8 @@ def test_bfloat16_safetensors_are_widened(tmp_path):
 
 
 def test_a_folders_tokenizer_config_and_chat_template_come_along(tmp_path):
-    from minillm.convert.hf import export_hf
-    from minillm.tokenizer import BYTE_TO_CHAR, Tokenizer
+    from minillm.files.hf import export_hf
+    from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer
 
     cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=8, d_model=8,
                               n_layers=1, n_heads=2)

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.chat import chat_prompt_ids, render_chat
-from minillm.convert import model_from_gguf
+from minillm.text.chat_template import chat_prompt_ids, render_chat
+from minillm.files import model_from_gguf
 from template_files import GEMMA3, chat_template
 from tokenizer_corpus import CORPUS
 

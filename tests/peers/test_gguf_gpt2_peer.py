@@ -8,7 +8,7 @@ embedding), and read back: the float32 logits are transformers' within 1e-4.
 import numpy as np
 import pytest
 
-from minillm.convert import config_from_hf, from_state_dict, model_from_gguf
+from minillm.files import config_from_hf, from_state_dict, model_from_gguf
 from tests.gguf_files import gguf_bytes, gpt2_gguf_parts
 
 torch = pytest.importorskip("torch")

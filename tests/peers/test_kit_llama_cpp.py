@@ -23,7 +23,7 @@ if not os.path.isfile(GGUF):
 pytestmark = pytest.mark.xdist_group("llama_cpp_smollm2")  # under xdist: one worker loads it
 
 from minillm.sampling import SamplingConfig  # noqa: E402
-from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, assert_chunks_match,  # noqa
+from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, assert_chunks_match,
                              assert_deterministic, assert_rollback_matches,
                              check_batch_equivalence, check_cache_equivalence, check_rollback,
                              check_sampler, check_window_slides)

@@ -9,14 +9,14 @@ written down in docs/TESTING.md.
 import numpy as np
 import pytest
 
-from minillm.optional import install_hint
+from minillm.plumbing.optional import install_hint
 
 torch = pytest.importorskip("torch", reason="the transformers peers need torch")
 transformers = pytest.importorskip("transformers", reason="the transformers peers need "
                                    f"transformers ({install_hint('peers')})")
 
 from minillm.sampling import SamplingConfig  # noqa: E402
-from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,  # noqa
+from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,
                              check_cache_equivalence, check_draws, check_sampler,
                              check_speculative_distribution, exact_sequence_distribution)
 from minillm.testing.strategies import sampling_knobs  # noqa: E402

@@ -18,9 +18,9 @@ import pathlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.bpe import BYTE_TO_CHAR
-from minillm.pretokenize import PRE_TOKENIZERS
-from minillm.tokenizer import Tokenizer
+from minillm.text.bpe import BYTE_TO_CHAR
+from minillm.text.pretokenize import PRE_TOKENIZERS
+from minillm.text.tokenizer import Tokenizer
 from tokenizer_corpus import CORPUS
 from vocab_files import bpe_metadata, package_file, spm_metadata, write_vocab_gguf
 

@@ -10,9 +10,9 @@ import pathlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minillm.pretokenize import (DIGIT_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS, QWEN2_REGEX, Rules,
-                                 pre_tokenize)
-from minillm.tokenizer import Tokenizer, TokenizerConfig
+from minillm.text.pretokenize import (DIGIT_REGEX, LLAMA3_REGEX, PRE_TOKENIZERS, QWEN2_REGEX,
+                                      Rules, pre_tokenize)
+from minillm.text.tokenizer import Tokenizer, TokenizerConfig
 from tokenizer_corpus import CORPUS
 from vocab_files import package_file
 

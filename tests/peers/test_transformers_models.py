@@ -19,8 +19,7 @@ pytest.importorskip("safetensors")
 
 import minillm  # noqa: E402
 from minillm.cli import main  # noqa: E402
-from minillm.convert import (config_from_hf, convert, export_hf, from_state_dict,  # noqa: E402
-                             half_to_interleaved)
+from minillm.files import config_from_hf, convert, export_hf, from_state_dict, half_to_interleaved
 
 ATOL32, ATOL64 = 1e-4, 1e-12
 VOCAB, CONTEXT = 97, 128
@@ -250,8 +249,8 @@ def test_interleaved_rope_checkpoint_in_llama2c_naming(name, tmp_path):
     np.testing.assert_allclose(minillm.load(tmp_path / "m.npz").forward(x), hf_logits(model, x),
                                rtol=0, atol=ATOL32)
     # Without the permutation (read as if it were half-split) the logits are wrong.
-    table = dict(minillm.convert.NAMINGS["meta"].names)
-    plain = minillm.convert.Naming(table, ignore=(r"freqs_cos",))
+    table = dict(minillm.files.NAMINGS["meta"].names)
+    plain = minillm.files.Naming(table, ignore=(r"freqs_cos",))
     wrong = from_state_dict(state, cfg, naming=plain).forward(x)
     assert np.abs(wrong - hf_logits(model, x)).max() > 100 * ATOL32
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layers import log_softmax
+from ..layers import log_softmax
 
 
 @dataclass

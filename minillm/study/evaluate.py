@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .layers import log_softmax
+from ..layers import log_softmax
 
 
 def evaluate(model, token_ids, window=None, progress=None):

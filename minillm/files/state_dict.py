@@ -20,8 +20,8 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..quantize import quantize_param
-from ..weights import (CONFIG_KEY, FORMAT_VERSION, VERSION_KEY, model_from_entries,
-                       parameter_shapes, read_tokenizer, tensor_entries)
+from .npz import (CONFIG_KEY, FORMAT_VERSION, VERSION_KEY, model_from_entries, parameter_shapes,
+                  read_tokenizer, tensor_entries)
 from .naming import detect_naming, get_naming, interleaved_to_half, is_ignored, strip_prefixes
 
 # The unfused parts a canonical tensor can be built from, in the order of its rows.

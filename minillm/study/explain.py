@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layers import log_softmax
+from ..layers import log_softmax
 
 REPEAT_N = 4  # a four-token phrase: long enough that a repeat is rarely chance
 
@@ -91,7 +91,7 @@ def notes(rows, tokens, start: int, n: int = REPEAT_N) -> list[TokenNote]:
 def explained_generate(model, prompt_ids, n: int = REPEAT_N, **generate_args):
     """minillm.generate for one prompt, plus a TokenNote per new token: (ids, notes).
     generate_args: max_new_tokens, the sampling knobs, seed, stop_tokens, use_cache, ..."""
-    from .generate import generate
+    from ..generate import generate
 
     watched = Watched(model)
     ids = generate(watched, prompt_ids, **generate_args)

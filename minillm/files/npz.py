@@ -11,11 +11,11 @@ import zipfile
 
 import numpy as np
 
-from .config import ModelConfig, parameter_shapes
-from .errors import WeightsError
-from .fast import accelerate
-from .model import Model
-from .quantize import QuantizedWeight, is_linear_weight
+from ..config import ModelConfig, parameter_shapes
+from ..plumbing.errors import WeightsError
+from ..fast import accelerate
+from ..model import Model
+from ..quantize import QuantizedWeight, is_linear_weight
 
 FORMAT_VERSION = 1
 VERSION_KEY = "minillm.format_version"
@@ -194,7 +194,7 @@ def _read_config(value) -> ModelConfig:
 def read_tokenizer(tokenizer_json: str | None, tokenizer_config_json: str | None = None):
     """The tokenizer of a file's tokenizer.json text and, if present, its tokenizer config
     text, as `load` reads them; None without a tokenizer.json."""
-    from .tokenizer import Tokenizer, TokenizerConfig
+    from ..text.tokenizer import Tokenizer, TokenizerConfig
 
     if tokenizer_json is None:
         if tokenizer_config_json is not None:

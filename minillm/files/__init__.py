@@ -1,6 +1,7 @@
-"""Converters: PyTorch, Hugging Face and GGUF checkpoints in, Hugging Face folders out.
+"""Model files: the `.npz` format (npz.py), and the converters: PyTorch, Hugging Face and GGUF
+checkpoints in, Hugging Face folders out; the registry of models `minillm fetch` knows.
 
-    from minillm.convert import convert, export_hf, from_state_dict
+    from minillm.files import convert, export_hf, from_state_dict, load, save
     model = convert("path/to/hf_folder")                   # config.json + model.safetensors
     model = convert("model.Q4_K_M.gguf")                   # llama, mistral, qwen2; dequantized
     model = from_state_dict(torch_model.state_dict(), cfg, naming="nanogpt")
@@ -15,10 +16,11 @@ from .gguf import read_gguf
 from .gguf_model import model_from_gguf
 from .hf import convert, export_hf, from_hf_folder, read_checkpoint, to_hf_state_dict
 from .hf_config import config_from_hf, config_to_hf
+from .npz import WeightsError, load, save
 from .naming import NAMINGS, Naming, detect_naming, half_to_interleaved, interleaved_to_half
 from .state_dict import config_from_json_file, from_state_dict
 
 __all__ = ["convert", "export_hf", "from_hf_folder", "read_checkpoint", "to_hf_state_dict",
            "config_from_hf", "config_to_hf", "NAMINGS", "Naming", "detect_naming",
            "half_to_interleaved", "interleaved_to_half", "config_from_json_file",
-           "from_state_dict", "read_gguf", "model_from_gguf"]
+           "from_state_dict", "read_gguf", "model_from_gguf", "WeightsError", "load", "save"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import MAX_CONTEXT_LENGTH, ModelConfig
-from ..weights import WeightsError
+from .npz import WeightsError
 from .gguf import GGUFFile
 from .gguf_metadata import REQUIRED, read
 

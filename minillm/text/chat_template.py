@@ -32,7 +32,7 @@ import functools
 import json
 import re
 
-from .optional import install_hint
+from ..plumbing.optional import install_hint
 
 # The plain ChatML template, as models ship it (the newlines are real newline characters
 # inside the Jinja string literals).

@@ -1,16 +1,16 @@
 """Tokenizers: text to ids and back, for byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2, ...) and
 SentencePiece BPE (Llama 2, Mistral, Gemma, Phi-3), read from a Hugging Face ``tokenizer.json``
-or a GGUF file (``minillm.tokenizer_files``).
+or a GGUF file (``minillm.text.tokenizer_files``).
 
 Encoding a text takes three steps:
 
 1. **Added tokens.** The text is cut at every added token (``<|endoftext|>``, ``<s>``, ...);
    each becomes its own id, untouched by the steps below. The longest match wins.
 2. **Words.** Byte-level BPE cuts each remaining piece into words by its pre-tokenizer
-   (``minillm.pretokenize``: llama.cpp's named rules, or a tokenizer.json's regexes).
+   (``minillm.text.pretokenize``: llama.cpp's named rules, or a tokenizer.json's regexes).
    SentencePiece writes spaces as ``▁`` instead, and merges a whole piece at once.
-3. **Merges.** Each word becomes tokens by byte-level BPE (``minillm.bpe``), or the piece by
-   SentencePiece's merges with byte fallback (``minillm.sentencepiece``). Results are cached
+3. **Merges.** Each word becomes tokens by byte-level BPE (``minillm.text.bpe``), or the piece by
+   SentencePiece's merges with byte fallback (``minillm.text.sentencepiece``). Results are cached
    per word.
 
 ``encode(text, add_special_tokens=True)`` also writes BOS first and EOS last when the file asks
@@ -160,13 +160,13 @@ class Tokenizer:
     @classmethod
     def from_json(cls, text, config=None):
         """From the text of a Hugging Face ``tokenizer.json`` and, optionally, a
-        ``TokenizerConfig``; see ``minillm.tokenizer_files.from_tokenizer_json``."""
+        ``TokenizerConfig``; see ``minillm.text.tokenizer_files.from_tokenizer_json``."""
         return from_tokenizer_json(cls, text, config)
 
     @classmethod
     def from_gguf(cls, metadata):
         """From a GGUF file's metadata ({key: value}); see
-        ``minillm.tokenizer_files.from_gguf_metadata``."""
+        ``minillm.text.tokenizer_files.from_gguf_metadata``."""
         return from_gguf_metadata(cls, metadata)
 
     def to_json(self):

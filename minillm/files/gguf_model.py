@@ -7,7 +7,7 @@ The config comes from the `{arch}.*` metadata, the vocabulary size from the toke
 rows (gguf_config.py, with Gemma 3's and GPT-2's options). Tensors are dequantized to float
 (with int8=True each linear weight is then quantized at once, as minillm.quantize would) and
 renamed through a naming table; from there the path is the one of any state dict
-(minillm.convert.state_dict): q, k, v rows fused, gate and up rows fused, every tensor of the
+(minillm.files.state_dict): q, k, v rows fused, gate and up rows fused, every tensor of the
 config required and every tensor of the file used.
 
 Rotary embeddings. llama.cpp's Llama rotates interleaved pairs (x_2j, x_2j+1), and its converter
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..tokenizer import Tokenizer
-from ..weights import WeightsError
+from ..text.tokenizer import Tokenizer
+from .npz import WeightsError
 from .gguf import GGUFFile, read_gguf
 from .gguf_config import ARCHITECTURES, architecture, check_tensors, config_from_gguf
 from .naming import Naming

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..weights import WeightsError
+from .npz import WeightsError
 from .gguf_metadata import read
 from .gguf_quants import check_type, dequantize_from, tensor_nbytes, type_name
 

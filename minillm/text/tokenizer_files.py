@@ -18,7 +18,7 @@ from dataclasses import replace
 import json
 
 from .bpe import byte_spelled
-from .errors import WeightsError
+from ..plumbing.errors import WeightsError
 from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
 from .sentencepiece import SPACE, SentencePiece, merges_from_scores
 from .tokenizer_config import TokenizerConfig
@@ -198,7 +198,7 @@ def _gguf_fields(metadata):
     """Every tokenizer key of a GGUF file's metadata, checked by the typed reader
     (``gguf_metadata.tokenizer_metadata``: a wrong type or range is a WeightsError naming the
     key): {short name: value} for the keys the file has."""
-    from .convert.gguf_metadata import tokenizer_metadata
+    from ..files.gguf_metadata import tokenizer_metadata
 
     return {key.rsplit(".", 1)[-1]: value for key, value in tokenizer_metadata(metadata).items()
             if value is not None}

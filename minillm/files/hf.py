@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from ..fast import reference
-from ..optional import require
-from ..weights import write_replacing
+from ..plumbing.optional import require
+from .npz import write_replacing
 from .gguf import is_gguf
 from .gguf_model import model_from_gguf
 from .hf_config import config_from_hf, config_to_hf
@@ -84,7 +84,7 @@ def _folder_weights(folder) -> str:
 
 def tokenizer_support() -> bool:
     """Whether this minillm has its tokenizer module (to bundle tokenizer.json)."""
-    return importlib.util.find_spec("minillm.tokenizer") is not None
+    return importlib.util.find_spec("minillm.text.tokenizer") is not None
 
 
 def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True, int8=False):
@@ -112,7 +112,7 @@ def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True, int8=
 def _read_tokenizer_config(folder):
     """minillm's tokenizer config (JSON text) from the folder's tokenizer_config.json and
     chat_template.jinja (newer transformers keep the template there), or None if neither."""
-    from ..tokenizer import TokenizerConfig
+    from ..text.tokenizer import TokenizerConfig
 
     data = {}
     config_path = os.path.join(folder, "tokenizer_config.json")
@@ -133,7 +133,7 @@ def _read_tokenizer_config(folder):
 
 def _check_tokenizer(text, config_json, path) -> None:
     """Fail early, and say how to go on without it, if minillm cannot read this tokenizer."""
-    from ..tokenizer import Tokenizer, TokenizerConfig
+    from ..text.tokenizer import Tokenizer, TokenizerConfig
 
     try:
         config = None if config_json is None else TokenizerConfig.from_json(config_json)

@@ -10,7 +10,7 @@ and the C library's malloc told to keep freed memory for the next temporaries.
 `accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
 already speaks for quantized weights), so that the reference forward pass runs unchanged on
-them; its `attend` is the tiled attention of fast_attention.py, and its `next_tokens` makes
+them; its `attend` is the tiled attention of attention.py, and its `next_tokens` makes
 the decode loop's greedy choice without building the distribution. `reference(model)` gives
 the plain model back. tests/test_fast.py proves the two equal; docs/PERFORMANCE.md holds the
 measurements behind every device (`python -m bench.studies.few_rows`, ...).
@@ -23,10 +23,10 @@ import dataclasses
 import numpy as np
 
 from .blas import warn_if_oversubscribed
-from .fast_attention import causal_attention
-from .model import Model
-from .quantize import QuantizedWeight, is_linear_weight
-from .sampling import choose
+from .attention import causal_attention
+from ..model import Model
+from ..quantize import QuantizedWeight, is_linear_weight
+from ..sampling import choose
 
 # OpenBLAS multiplies products of up to this many multiply-adds (M x N x K) where the operands
 # lie; larger ones are first packed into blocks, which for a few rows of x costs more than the

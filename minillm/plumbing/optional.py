@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 DISTRIBUTION = "minillm-numpy"  # setup.cfg's name; `import minillm` either way
-ROOT = Path(__file__).resolve().parents[1]  # the checkout, when this file lies in one
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, when this file lies in one
 
 
 def install_hint(extra: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import WeightsError
+from ..plumbing.errors import WeightsError
 
 INTEGER_RANGES = {"uint8": (0, 2**8 - 1), "int8": (-2**7, 2**7 - 1),
                   "uint16": (0, 2**16 - 1), "int16": (-2**15, 2**15 - 1),
