@@ -47,3 +47,55 @@ def test_long_context_table_without_the_real_model_says_how_to_get_it(capsys, mo
     # Every length once, the shortest first; a decode position is read once, with its tokens.
     assert cases(quick=False) == [(256, 1), (512, 32), (1024, 1), (2048, 32), (4096, 32),
                                   (8000, 32), (8192, 1)]
+
+
+def test_bench_imports_one_way():
+    """Every `from .x import ...`, `from .. import x` and `from bench.x import ...` in bench/, at
+    any depth in a file (lazy imports inside functions count too), is an edge; no cycle."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def module_name(path):
+        parts = path.relative_to(root).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {module_name(p): p for p in (root / "bench").rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                elif (node.module or "").split(".")[0] == "bench":
+                    target = node.module
+                else:
+                    continue
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "bench")
+        # A module importing its own package (its __init__) points up, not round.
+        graph[name] = {m for m in found
+                       if m in files and m != name and not name.startswith(m + ".")}
+    assert "bench.suite.timing" in graph["bench.suite.real_long"]  # the walk sees the imports
+
+    done, active = set(), []
+
+    def visit(module):
+        if module in done:
+            return
+        assert module not in active, "import cycle: " + " -> ".join(
+            active[active.index(module):] + [module])
+        active.append(module)
+        for dependency in sorted(graph[module]):
+            visit(dependency)
+        active.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)

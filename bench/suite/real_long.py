@@ -136,21 +136,3 @@ def rows(runs, workers, answers) -> list:
                                  note=f"one step: the newest {length // 2} tokens read "
                                       f"again{compared}"))
     return prefill + decode + slide
-
-
-def goals(results, compare, lines) -> None:
-    """The long-context goals (issue: prefill at most transformers' time at every length,
-    decode at position 4,096 at least 1.5x transformers), from the R5 table."""
-    from .goals import find
-
-    lengths = sorted({int(row.case.split()[1]) for name, _, table in results
-                      if name == "real-long" for row in table if row.case.startswith("prefill")})
-    for length in lengths:
-        case = f"prefill {length} tokens"
-        compare(f"long context, {case}: minillm f32 ≥ transformers",
-                find(results, "real-long", case, "minillm f32"),
-                find(results, "real-long", case, "transformers"), 1.0)
-    if lengths:
-        compare("long context, decode at 4096: minillm f32 ≥ 1.5× transformers",
-                find(results, "real-long", "decode at 4096", "minillm f32"),
-                find(results, "real-long", "decode at 4096", "transformers"), 1.5)
