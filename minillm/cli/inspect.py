@@ -6,9 +6,11 @@ from collections import defaultdict
 
 import numpy as np
 
+from .common import load_model, model_file
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model_path", help="a minillm .npz file")
+    parser.add_argument("model_path", help="a minillm .npz file, or the name of a fetched model")
 
 
 def _part(name: str) -> str:
@@ -24,11 +26,11 @@ def _part(name: str) -> str:
 
 def run(args) -> int:
     from ..fast import FastModel
-    from ..files.npz import load
 
-    model = load(args.model_path, fast=False if args.reference else None)
+    path = model_file(args.model_path, "model_path")
+    model = load_model(path, reference=args.reference)
     cfg = model.config
-    print(f"{args.model_path}  ({os.path.getsize(args.model_path) / 2**20:.2f} MiB on disk)")
+    print(f"{args.model_path}  ({os.path.getsize(path) / 2**20:.2f} MiB on disk)")
     for key, value in cfg.to_dict().items():
         print(f"  {key:15s} {value}")
     counts, dtypes = defaultdict(int), defaultdict(int)

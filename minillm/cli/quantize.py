@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 
+from .common import load_model, model_file
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("input", help="a minillm .npz file (float weights)")
+    parser.add_argument("input", help="a minillm .npz file (float weights), or the name of a "
+                                      "fetched model")
     parser.add_argument("output", help="where to write the quantized .npz file")
     parser.add_argument("--bits", type=int, default=8,
                         help="bits per weight, 2 to 8, stored as int8 (default 8)")
@@ -29,11 +32,12 @@ def _mib(n: int) -> str:
 
 def run(args) -> int:
     from ..quantize import quantize
-    from ..files.npz import check_folder, load, save
+    from ..files.npz import check_folder, save
 
     check_folder(args.output)
-    model = load(args.input, fast=False if args.reference else None)
-    before = os.path.getsize(args.input)  # before writing: the output may replace the input
+    path = model_file(args.input, "input")
+    model = load_model(path, reference=args.reference)  # float: quantized below, as asked
+    before = os.path.getsize(path)  # before writing: the output may replace the input
     model8 = quantize(model, skip=() if args.quantize_lm_head else ("lm_head",), bits=args.bits,
                       group_size=args.group_size, embeddings=args.embeddings)
     save(model8, args.output)
