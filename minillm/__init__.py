@@ -8,7 +8,7 @@ from .fast.blas import threads
 from .config import ModelConfig
 from .generate import generate, stream
 from .logprobs import Rollout, ScoredToken
-from .request import GenerationConfig
+from .knobs import GenerationConfig
 from .kv_cache import KVCache
 from .model import Model, random_model
 from .quantize import QuantizedWeight, quantize, quantize_rows

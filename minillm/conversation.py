@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import decode
-from .request import GenerationConfig, generation_config, random_generator
+from .generate import decode
+from .knobs import GenerationConfig, generation_config, random_generator
 from .window import common_prefix_length, first_window, sync
 
 __all__ = ["Conversation", "respond", "common_prefix_length"]

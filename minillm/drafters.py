@@ -9,8 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from .decode import decode
-from .request import GenerationConfig
+from .generate import decode
+from .knobs import GenerationConfig
 from .sampling import SamplingConfig
 from .window import first_window, sync, view_start
 

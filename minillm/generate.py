@@ -1,15 +1,31 @@
-"""Generation's entry points: `generate` (prompt + new tokens) and `stream` (the new tokens as
-they come), for one prompt or a batch, cached or not, with or without log-probabilities.
+"""Generation: `generate` (prompt + new tokens) and `stream` (the new tokens as they come),
+for one prompt or a batch, cached or not, and the one decode loop behind them.
 
-Both take the knobs the same way (request.py): a GenerationConfig, knobs by name, or both.
-They check the request, then run the one decode loop (decode.py); the window is window.py's,
-the scores logprobs.py's.
+    logits = forward(prompt)                      prefill: fills the KV cache
+    repeat: token ~ sample(logits[-1])            decode: one token through the model,
+            logits = forward(token, cache)                attending to everything cached
+
+One loop for everything that decodes: generate and stream, the chat's conversation (whose
+cache keeps the earlier turns) and the draft model of speculative decoding (whose cache keeps
+the text it already read). Each prepares a window and the logits of its last read, and
+`decode` goes on from there. Rows that emit a stop token, or complete a stop string in their
+new text (stopping.py), stop growing; the loop ends when every row has stopped or
+max_new_tokens tokens were drawn. The knobs are checked once, before the first token
+(knobs.py, inputs.py); the window and its slide are window.py's, the scores logprobs.py's.
 """
 from __future__ import annotations
 
-from .decode import decode_steps
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .inputs import check_prompts, is_batch
+from .knobs import GenerationConfig, generation_config, random_generator
 from .logprobs import rollouts, scored_steps
-from .request import check_prompts, generation_config, is_batch, random_generator, warn_if_cut
+from .sampling import SamplingConfig, choose, filtered_probs
+from .stopping import reached_stop, start_text
+from .window import Window, append, first_window, read, read_slid
 
 
 def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
@@ -25,9 +41,12 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
     return_logprobs: a Rollout per row instead (one Rollout for one prompt), with the
     log-probability of every new token; prompt_logprobs: score the prompt's tokens too.
     """
-    prompts, config, rng = _request(model, prompt_ids, config, rng, knobs)
+    prompts = check_prompts(prompt_ids, model.config.vocab_size, model.config.context_length)
+    config = generation_config(config, model, **knobs)
+    rng = random_generator(config, rng)
     if return_logprobs or prompt_logprobs:
-        rows = rollouts(model, prompts, config, rng, use_cache, prompt_logprobs)
+        rows = rollouts(model, prompts, decode_steps(model, prompts, config, rng, use_cache),
+                        prompt_logprobs)
     else:
         rows = [p.tolist() for p in prompts]
         for step in decode_steps(model, prompts, config, rng, use_cache):
@@ -46,9 +65,11 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
     progress: None, or called as progress(tokens read, of how many) while the cached loop reads
     a long text: the prompt, and the window's kept half after each slide.
     """
-    prompts, config, rng = _request(model, prompt_ids, config, rng, knobs)
+    prompts = check_prompts(prompt_ids, model.config.vocab_size, model.config.context_length)
+    config = generation_config(config, model, **knobs)  # checked here, before the first token
+    rng = random_generator(config, rng)
     if return_logprobs:
-        steps = scored_steps(model, prompts, config, rng, use_cache)
+        steps = scored_steps(decode_steps(model, prompts, config, rng, use_cache))
     else:
         steps = ({int(r): int(step.tokens[r]) for r in step.rows}
                  for step in decode_steps(model, prompts, config, rng, use_cache, progress))
@@ -57,9 +78,98 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
     return (step[0] for step in steps)
 
 
-def _request(model, prompt_ids, config, rng, knobs):
-    """The prompts, the GenerationConfig and the random generator, every argument checked."""
-    prompts = check_prompts(prompt_ids, model.config.vocab_size)
-    config = generation_config(config, model, **knobs)
-    warn_if_cut(prompts, model.config.context_length)
-    return prompts, config, random_generator(config, rng)
+# -- the decode loop ----------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """One decoding step as the loop saw it. Valid until the loop goes on: `seen` is a view
+    of the window, which the next step changes."""
+
+    rows: np.ndarray  # the rows that emitted a token: those still running before this step
+    logits: np.ndarray  # (B, V) the logits the tokens are drawn from
+    seen: np.ndarray  # (B, width) each row's visible text (-1: padding), the penalty's history
+    knobs: SamplingConfig
+    tokens: np.ndarray | None = None  # (B,) the token drawn for every row; only `rows` count
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        """(B, V) the distributions the tokens are drawn from, every knob applied; computed
+        when first read (plain greedy decoding never reads them)."""
+        return filtered_probs(self.logits, self.knobs, self.seen)
+
+
+def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, progress=None):
+    """Yield a Step for every token drawn after the prompts: prefill, then decode.
+    progress: None, or called as progress(tokens read, of how many) while a long text is read
+    (the prompts, the window after a slide; window.read)."""
+    window = first_window(prompts, model.config.context_length)
+    cache = None
+    if use_cache:  # only as long as this generation can fill
+        capacity = min(model.config.context_length, window.width + config.max_new_tokens)
+        cache = model.new_cache(len(prompts), capacity)
+    logits = prefill(model, window, cache, progress)  # on the first next(), not at the call
+    yield from decode(model, window, cache, logits, config, rng, progress)
+
+
+def prefill(model, window: Window, cache, progress=None):
+    """(B, V) logits of the last position of every row, after reading the whole window (in
+    chunks, window.read)."""
+    tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
+    if cache is None:  # the uncached loop reads the window whole at every step anyway
+        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
+    return read(model, tokens, cache, pad=window.pad, progress=progress)
+
+
+def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):
+    """Yield a Step per token: sample from `logits`, stop, append, read; the cache (None: the
+    uncached loop) holds the window's text but its last token, whose logits are `logits`."""
+    texts = None  # each row's new text, decoded, when stop strings are watched for
+    if config.stop_strings:
+        texts = [start_text(model.tokenizer, window.row(r)) for r in range(len(logits))]
+    running = np.ones(len(logits), dtype=bool)
+    for n in range(config.max_new_tokens):
+        # The repetition penalty looks at the visible text; padding (-1) is ignored.
+        step = Step(np.flatnonzero(running), logits, window.tokens[:, :window.width],
+                    config.sampling)
+        step.tokens = next_tokens(model, step, rng)  # (B,)
+        if config.stop_tokens or texts is not None:  # a knob not asked for costs no call
+            running &= ~ends_row(step.tokens, step.rows, config, texts)
+        yield step
+        if not running.any() or n == config.max_new_tokens - 1:
+            return
+        logits = decode_one(model, window, step.tokens, cache, progress)
+
+
+def next_tokens(model, step: Step, rng) -> np.ndarray:
+    """(B,) the token of every row: `choose` from the step's distributions.
+
+    The one place where a model may choose its own way: a model with a method
+    `next_tokens(step, rng)` is asked instead, and must return exactly these tokens (the fast
+    model of minillm/fast/ takes the argmax of greedy logits without building the
+    distributions; tests/test_fast.py proves it equal).
+    """
+    own = getattr(model, "next_tokens", None)
+    return choose(step.probs, step.knobs, rng) if own is None else own(step, rng)
+
+
+def ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:
+    """(B,) booleans: whether each row's new token ends it, being a stop token or completing
+    a stop string in the row's new text (texts, None when there are no stop strings)."""
+    ends = np.zeros(len(token), dtype=bool)
+    if config.stop_tokens:
+        ends |= np.isin(token, config.stop_tokens)
+    if texts is not None:
+        for r in rows:
+            ends[r] |= reached_stop(texts[r], int(token[r]), config.stop_strings)
+    return ends
+
+
+def decode_one(model, window: Window, token, cache, progress=None):
+    """(B, V) next logits after adding one token to every row, sliding the window if full."""
+    shift, slid = append(window, token, model.config.context_length)
+    if cache is None:  # the textbook loop: the whole visible text, every step
+        tokens = np.maximum(window.tokens[:, :window.width], 0)
+        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
+    if shift == 0:
+        return model.forward(token[:, None], cache)[:, -1]
+    return read_slid(model, window, token, cache, shift, slid, progress)

@@ -1,35 +1,69 @@
-"""The checks of Model.forward's inputs: each wrong input is one ValueError naming it."""
+"""What a model accepts, checked once: token ids, prompts, padding, a cache of its shape.
+
+Token ids index the embedding's rows, so every id anywhere (a forward pass's tokens, a
+generation's prompts, the history the penalties count) is an integer in [0, vocab_size):
+`check_tokens` is that rule, and each wrong input is one ValueError naming it.
+"""
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 
-def check_tokens(tokens, vocab_size: int) -> np.ndarray:
-    """(B, T) integer ids in [0, vocab_size), T >= 1, as an array."""
+def check_tokens(tokens, vocab_size: int, name: str = "tokens") -> np.ndarray:
+    """(B, T) integer ids in [0, vocab_size), T >= 1, as an array: the rule for every id.
+    `name` says which input in the message."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2:
-        raise ValueError(f"tokens: expected a (batch, length) array, got shape {tokens.shape}")
+        raise ValueError(f"{name}: expected a (batch, length) array, got shape {tokens.shape}")
     if tokens.shape[1] == 0:
-        raise ValueError("tokens: empty sequence")
+        raise ValueError(f"{name}: empty sequence")
     if not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens: expected integer ids, got dtype {tokens.dtype}")
+        raise ValueError(f"{name}: token ids must be integers, got {tokens.dtype} values")
     if tokens.min() < 0 or tokens.max() >= vocab_size:
-        raise ValueError(f"tokens: ids must be in [0, {vocab_size}), got "
+        raise ValueError(f"{name}: ids must be in [0, {vocab_size}) (the vocabulary), got "
                          f"min {tokens.min()} and max {tokens.max()}")
     return tokens
 
 
-def check_cache(cache, shape, dtype, T: int) -> None:
-    """A cache of (n_layers, B, n_kv_heads, head_dim) = `shape` and `dtype`, with room for T
-    more tokens."""
+def check_prompts(prompt_ids, vocab_size: int, W: int) -> list[np.ndarray]:
+    """The prompts as 1-D int64 arrays, each checked: non-empty, ids in [0, vocab_size). A
+    prompt longer than the context W is read from its last W tokens only: a warning says so,
+    with the numbers."""
+    rows = list(prompt_ids) if is_batch(prompt_ids) else [prompt_ids]
+    if not rows:
+        raise ValueError("prompt_ids: empty batch, give at least one prompt")
+    prompts = []
+    for r, row in enumerate(rows):
+        name = "prompt_ids" + (f"[{r}]" if len(rows) > 1 else "")
+        ids = np.asarray(row)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"{name}: expected a non-empty list of token ids")
+        prompts.append(check_tokens(ids[None], vocab_size, name)[0].astype(np.int64))
+        if len(ids) > W:
+            which = "prompt" + (f" {r}" if len(rows) > 1 else "")
+            warnings.warn(f"{which}: {len(ids)} tokens, longer than the model's context of "
+                          f"{W}: only the last {W} are read", stacklevel=4)
+    return prompts
+
+
+def is_batch(prompt_ids) -> bool:
+    """A batch is a 2-D array or a sequence of sequences; one prompt is a flat sequence."""
+    if isinstance(prompt_ids, np.ndarray):
+        return prompt_ids.ndim == 2
+    return bool(prompt_ids) and isinstance(prompt_ids[0], (list, tuple, np.ndarray))
+
+
+def check_cache(cache, shape, dtype) -> None:
+    """A cache of (n_layers, B, n_kv_heads, head_dim) = `shape` and `dtype` (whether the new
+    tokens fit is the cache's own check, KVCache.append)."""
     n_layers, B, heads, head_dim = shape
-    expected = (n_layers, B, heads, cache.capacity, head_dim)
-    if cache.shape != expected or cache.dtype != dtype:
-        raise ValueError(f"cache: its arrays {cache.shape} / {cache.dtype} do not fit this "
-                         f"model and batch (expected {expected} / {dtype})")
-    if cache.length + T > cache.capacity:
-        raise ValueError(f"cache: {T} new tokens do not fit ({cache.length} of "
-                         f"{cache.capacity} positions used); reset or slide the window")
+    got = cache.k.shape
+    if (got[0], got[1], got[2], got[4]) != shape or cache.k.dtype != dtype:
+        raise ValueError(f"cache: its arrays {got[:3] + (cache.capacity, got[4])} / "
+                         f"{cache.k.dtype} do not fit this model and batch (expected "
+                         f"{(n_layers, B, heads, cache.capacity, head_dim)} / {dtype})")
 
 
 def check_pad(pad, B: int, T: int) -> np.ndarray | None:

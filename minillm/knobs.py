@@ -1,9 +1,12 @@
-"""The knobs of a generation: one table of their defaults, and the sampling ones checked.
+"""What a generation is asked for, checked once: the knobs, their defaults, their ranges.
 
-The library's signatures (SamplingConfig, GenerationConfig, speculative_generate), the
-command line's --help and the README's table of knobs all read KNOBS, so a default is
-written once. The default temperature is 1: the model's own distribution, like every other
-knob's default (off), so that a knob changes nothing unless it is asked to.
+Every entry point (generate, stream, speculative_generate, the chat's respond, the command
+line) takes its knobs the same way: a GenerationConfig, or knobs by name, or both (a knob
+given by name replaces the config's). KNOBS is the one table of each knob's default, help
+and allowed values: the signatures, the command line's --help and the README's table of
+knobs read it, and `checked` holds every value to it, so that the same bad value meets the
+same message everywhere. The default temperature is 1: the model's own distribution, like
+every other knob's default (off), so that a knob changes nothing unless it is asked to.
 """
 from __future__ import annotations
 
@@ -13,26 +16,47 @@ import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 
 class Knob(NamedTuple):
     default: object
     help: str
+    # The allowed values: integers or reals in [low, high] (open where the flag says so),
+    # `allowed` saying it in words; `off`: the value that disables the knob (stored as None).
+    kind: type | None = None
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    allowed: str = ""
+    off: object = None
 
 
 KNOBS = {
-    "max_new_tokens": Knob(200, "the most new tokens per prompt"),
+    "max_new_tokens": Knob(200, "the most new tokens per prompt", int, 0,
+                           allowed="an integer >= 0"),
     "temperature": Knob(1.0, "divide the logits by T; 0 is greedy, 1 the model's own "
-                             "distribution"),
-    "top_k": Knob(None, "keep the K most likely tokens (0 or None: off)"),
-    "top_p": Knob(None, "keep the smallest head with mass >= P (1 or None: off)"),
-    "min_p": Knob(None, "keep tokens at least P times as likely as the top one (0 or None: off)"),
+                             "distribution", float, 0, allowed="a number >= 0 (0 is greedy)"),
+    "top_k": Knob(None, "keep the K most likely tokens (0 or None: off)", int, 0,
+                  allowed="an integer >= 0 (0 or None disables)", off=0),
+    "top_p": Knob(None, "keep the smallest head with mass >= P (1 or None: off)", float, 0, 1,
+                  True, "in (0, 1] (1 or None disables)", 1.0),
+    "min_p": Knob(None, "keep tokens at least P times as likely as the top one (0 or None: off)",
+                  float, 0, 1, allowed="in [0, 1] (0 or None disables)", off=0.0),
     "repetition_penalty": Knob(None, "CTRL penalty R on the recent tokens; > 1 discourages "
-                                     "repeats (1 or None: off)"),
+                                     "repeats (1 or None: off)", float, 0, open_low=True,
+                               allowed="a number > 0 (1 or None disables; > 1 discourages "
+                                       "repeats)", off=1.0),
     "frequency_penalty": Knob(None, "subtract F times each recent token's count from its "
-                                    "logit; > 0 discourages repeats (0 or None: off)"),
+                                    "logit; > 0 discourages repeats (0 or None: off)", float,
+                              allowed="a finite number (0 or None disables; > 0 discourages "
+                                      "repeats)", off=0.0),
     "presence_penalty": Knob(None, "subtract P from the logit of every recent token; > 0 "
-                                   "discourages repeats (0 or None: off)"),
-    "penalty_window": Knob(64, "how many of the most recent tokens the penalties look at"),
+                                   "discourages repeats (0 or None: off)", float,
+                             allowed="a finite number (0 or None disables; > 0 discourages "
+                                     "repeats)", off=0.0),
+    "penalty_window": Knob(64, "how many of the most recent tokens the penalties look at", int,
+                           1, allowed="an integer >= 1"),
     "seed": Knob(0, "the random generator's seed: same seed, same text (None: fresh entropy)"),
     "stop_tokens": Knob((), "token ids that end a row once emitted"),
     "stop_strings": Knob((), "texts that end a row once its new text contains one"),
@@ -46,6 +70,22 @@ def default(name: str):
     return KNOBS[name].default
 
 
+def checked(name: str, value):
+    """`value` held to KNOBS[name]'s range: a float or an int, or None when it is the knob's
+    "off" value (or None where None is allowed); else a ValueError naming knob and value."""
+    knob = KNOBS[name]
+    if value is None and knob.off is not None:
+        return None
+    integer = knob.kind is int
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer
+                                                 else numbers.Real) \
+            or not math.isfinite(value) or not knob.low <= value <= knob.high \
+            or (knob.open_low and value == knob.low):
+        raise ValueError(f"{name}: must be {knob.allowed}, got {value!r}")
+    value = int(value) if integer else float(value)
+    return None if value == knob.off else value
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """The sampling knobs, checked once. "Off" values (top_k 0, top_p 1, min_p 0,
@@ -53,6 +93,8 @@ class SamplingConfig:
     `None` is the one way a knob reads as off.
 
     penalty_window: how many of the most recent tokens the three penalties look at.
+    greedy (temperature 0: the argmax, no randomness) and penalises (a penalty is on, so each
+    row's history is needed) are read off the knobs when the config is made.
     """
 
     temperature: float = default("temperature")
@@ -65,73 +107,87 @@ class SamplingConfig:
     presence_penalty: float | None = default("presence_penalty")
 
     def __post_init__(self):
-        knob = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        knob("temperature", _number("temperature", self.temperature, lambda t: t >= 0,
-                                    "a number >= 0 (0 is greedy)"))
-        knob("top_k", _count("top_k", self.top_k, 0, "an integer >= 0 (0 or None disables)"))
-        if self.top_p is not None:
-            knob("top_p", _number("top_p", self.top_p, lambda p: 0 < p <= 1,
-                                  "in (0, 1] (1 or None disables)"))
-        if self.min_p is not None:
-            knob("min_p", _number("min_p", self.min_p, lambda p: 0 <= p <= 1,
-                                  "in [0, 1] (0 or None disables)"))
-        if self.repetition_penalty is not None:
-            knob("repetition_penalty", _number(
-                "repetition_penalty", self.repetition_penalty, lambda r: r > 0,
-                "a number > 0 (1 or None disables; > 1 discourages repeats)"))
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name) is not None:  # either sign: < 0 encourages repeats
-                knob(name, _number(name, getattr(self, name), lambda x: True,
-                                   "a finite number (0 or None disables; > 0 discourages "
-                                   "repeats)"))
-        knob("penalty_window", _count("penalty_window", self.penalty_window, 1,
-                                      "an integer >= 1"))
-        for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
-                          ("repetition_penalty", 1.0), ("frequency_penalty", 0.0),
-                          ("presence_penalty", 0.0)):
-            if getattr(self, name) == off:
-                knob(name, None)
-
-    @property
-    def greedy(self) -> bool:
-        """Temperature 0: the argmax, no randomness."""
-        return self.temperature == 0
-
-    @property
-    def penalises(self) -> bool:
-        """Whether a penalty is on (repetition, frequency or presence): only then is each row's
-        history needed."""
-        return (self.repetition_penalty is not None or self.frequency_penalty is not None
-                or self.presence_penalty is not None)
+        for name in SAMPLING_KNOBS:
+            object.__setattr__(self, name, checked(name, getattr(self, name)))  # frozen
+        # Two facts read off the knobs, set once here (attributes, not fields):
+        object.__setattr__(self, "greedy", self.temperature == 0)
+        object.__setattr__(self, "penalises", self.repetition_penalty is not None
+                           or self.frequency_penalty is not None
+                           or self.presence_penalty is not None)
 
 
-def _number(name, value, ok, allowed) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
-    return float(value)
+SAMPLING_KNOBS = [f.name for f in dataclasses.fields(SamplingConfig)]
+DEFAULT_SAMPLING = SamplingConfig()
 
 
-def _count(name, value, least, allowed) -> int | None:
-    if value is None and least == 0:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
-    return int(value)
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How many new tokens, the sampling knobs, the seed, the stop tokens (each, once emitted,
+    ends its row) and the stop strings (a row ends with the token that completes one of them
+    in its generated text; stopping.py)."""
+
+    max_new_tokens: int = default("max_new_tokens")
+    sampling: SamplingConfig = DEFAULT_SAMPLING
+    seed: int | None = default("seed")
+    stop_tokens: tuple[int, ...] = default("stop_tokens")
+    stop_strings: tuple[str, ...] = default("stop_strings")
+
+    def __post_init__(self):
+        object.__setattr__(self, "max_new_tokens", checked("max_new_tokens",
+                                                           self.max_new_tokens))
+        if self.seed is not None and (isinstance(self.seed, bool)
+                                      or not isinstance(self.seed, numbers.Integral)):
+            raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
+        stops = tuple(self.stop_tokens)
+        for t in stops:
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise ValueError(f"stop_tokens: must be token ids (integers), got "
+                                 f"{list(stops)!r}")
+        object.__setattr__(self, "stop_tokens", tuple(sorted(set(map(int, stops)))))
+        if isinstance(self.stop_strings, str):  # a string is a sequence too: of characters
+            raise ValueError(f"stop_strings: must be a list of strings, got the string "
+                             f"{self.stop_strings!r}; write [{self.stop_strings!r}]")
+        texts = tuple(self.stop_strings)
+        for text in texts:
+            if not isinstance(text, str) or not text:
+                raise ValueError(f"stop_strings: must be non-empty strings, got {list(texts)!r}")
+        object.__setattr__(self, "stop_strings", texts)
 
 
-def sampling_config(knobs=None, by_name=None) -> SamplingConfig:
-    """The SamplingConfig, with the knobs given by name replaced (every one checked)."""
-    if isinstance(knobs, SamplingConfig) and not by_name:
-        return knobs  # checked when it was made
-    if knobs is not None and not isinstance(knobs, SamplingConfig):
-        raise ValueError(f"knobs: expected a SamplingConfig, got {knobs!r}; give the knobs by "
-                         "name (temperature=..., top_k=...)")
-    by_name = by_name or {}
-    names = {f.name for f in dataclasses.fields(SamplingConfig)}
-    unknown = sorted(set(by_name) - names)
+GENERATION_KNOBS = ["max_new_tokens", "seed", "stop_tokens", "stop_strings"]
+
+
+def generation_config(config: GenerationConfig | None = None, model=None,
+                      **knobs) -> GenerationConfig:
+    """`config` (default: every knob's default) with the knobs given by name replaced: the
+    sampling knobs (temperature, top_k, top_p, min_p, penalties, penalty_window) and the
+    generation's (max_new_tokens, seed, stop_tokens, stop_strings). With a model, the stop
+    tokens must be ids of its vocabulary, and stop strings need its tokenizer."""
+    if config is None:
+        config = GenerationConfig()
+    elif not isinstance(config, GenerationConfig):
+        hint = f" (knobs go by name: max_new_tokens={config})" if isinstance(config, int) else ""
+        raise ValueError(f"config: expected a GenerationConfig, got {config!r}{hint}")
+    unknown = sorted(set(knobs) - set(SAMPLING_KNOBS) - set(GENERATION_KNOBS))
     if unknown:
-        raise TypeError(f"{unknown[0]}: not a sampling knob; they are {', '.join(sorted(names))}")
-    if knobs is None:
-        return SamplingConfig(**by_name)
-    return dataclasses.replace(knobs, **by_name)
+        raise TypeError(f"{unknown[0]}: not a knob; the knobs are "
+                        f"{', '.join(sorted(SAMPLING_KNOBS + GENERATION_KNOBS))}")
+    own = {name: knobs.pop(name) for name in GENERATION_KNOBS if name in knobs}
+    if knobs:  # what is left are sampling knobs
+        own["sampling"] = dataclasses.replace(config.sampling, **knobs)
+    config = dataclasses.replace(config, **own) if own else config
+    if model is not None:
+        vocab = model.config.vocab_size
+        if config.stop_tokens and not 0 <= config.stop_tokens[0] <= config.stop_tokens[-1] \
+                < vocab:
+            raise ValueError(f"stop_tokens: ids must be in [0, {vocab}), got "
+                             f"{list(config.stop_tokens)}")
+        if config.stop_strings and model.tokenizer is None:
+            raise ValueError("stop_strings: this model has no tokenizer to turn its tokens "
+                             "into text; stop on token ids with stop_tokens instead")
+    return config
+
+
+def random_generator(config: GenerationConfig, rng=None) -> np.random.Generator:
+    """The caller's generator, or a fresh one seeded with the config's seed."""
+    return np.random.default_rng(config.seed) if rng is None else rng

@@ -11,7 +11,7 @@ one at a time copies fewer than 2n positions in all, and nobody pays for a conte
 fill. A caller that knows how much it will write makes the room at once with `reserve(n)`.
 
 Local layers (a sliding window of W keys, Gemma 3) keep their keys in the same arrays, every
-position of the text, and the forward pass reads only the last W of them (minillm.masks). A
+position of the text, and the forward pass reads only the last W of them (minillm.layers). A
 ring buffer of W positions would hold less, but speculative decoding's rollback crosses the
 window's edge: the rejected tokens' keys would have overwritten older keys that the kept
 tokens still see, and truncating would need them back. With the plain arrays `truncate(n)` stays
@@ -129,7 +129,7 @@ class KVCache:
     def _grow(self, room: int) -> None:
         """Replace the arrays by longer ones of `room` positions, the old ones copied in."""
         n_layers, batch, heads, old, head_dim = self.v.shape
-        k = np.zeros((n_layers, batch, heads, room, head_dim), dtype=self.dtype)
+        k = np.zeros((n_layers, batch, heads, room, head_dim), dtype=self.v.dtype)
         v = np.zeros_like(k)
         k[:, :, :, :old] = self.k
         v[:, :, :, :old] = self.v

@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .decode import decode_steps
 from .layers import log_softmax
 from .window import first_window
 
@@ -49,11 +48,10 @@ class ScoredToken(NamedTuple):
     raw_logprob: float
 
 
-def rollouts(model, prompts, config, rng, use_cache=True,
-             prompt_logprobs=False) -> list[Rollout]:
-    """Generate as the decode loop does, with a Rollout per row."""
+def rollouts(model, prompts, steps, prompt_logprobs=False) -> list[Rollout]:
+    """A Rollout per row from the decode loop's steps (generate.decode_steps)."""
     out = [Rollout(list(map(int, p)), [], []) for p in prompts]
-    for step in scored_steps(model, prompts, config, rng, use_cache):
+    for step in scored_steps(steps):
         for r, scored in step.items():
             out[r].tokens.append(scored.token)
             out[r].logprobs.append(scored.logprob)
@@ -64,10 +62,10 @@ def rollouts(model, prompts, config, rng, use_cache=True,
     return out
 
 
-def scored_steps(model, prompts, config, rng, use_cache=True):
+def scored_steps(steps):
     """The decode loop's steps as {row: ScoredToken}: the same draws, so the same tokens as
     without scores."""
-    for step in decode_steps(model, prompts, config, rng, use_cache):
+    for step in steps:
         rows = step.rows
         yield dict(zip(map(int, rows), score(step.probs[rows], step.logits[rows],
                                              step.tokens[rows])))

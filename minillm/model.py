@@ -4,8 +4,8 @@
     x_l+1 = x_l + Attention(Norm(x_l));  x_l+1 += MLP(Norm(x_l+1))      for each layer
     logits = Norm(x_L) @ W_out.T
 
-Gemma 3's pieces are options of the modern block (ModelConfig), each in a small method that is
-the identity when off, so that the Llama path reads without them:
+Gemma 3's pieces are options of the modern block (ModelConfig), applied only where a model
+is configured with them, so that the Llama path never meets them:
 
     embed_scale            x_0 = sqrt(d_model) * embed(tokens)
     post_norms             x += Norm_post(Attention(Norm(x)));  likewise for the MLP
@@ -14,7 +14,7 @@ the identity when off, so that the Llama path reads without them:
     activation="gelu_tanh" MLP(h) = W_down (gelu_tanh(W_gate h) * W_up h) (GeGLU)
     query_pre_attn_scalar  scores = q . k / sqrt(query_pre_attn_scalar)
     sliding_window W       a local layer's query at index i sees key j only if i - j < W
-                           (minillm.masks), and rotates by rope_local_theta
+                           (layers.sliding_window), and rotates by rope_local_theta
 (Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.)
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .config import ModelConfig, parameter_shapes
 from .inputs import check_cache, check_pad, check_tokens
 from .kv_cache import KVCache
 from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
-from .masks import positions_and_mask, sliding_window
+from .layers import positions_and_mask, sliding_window
 
 
 @dataclass(eq=False)
@@ -42,18 +42,22 @@ class Model:
     config: ModelConfig
     params: dict
     tokenizer: object = None
+    dtype: np.dtype = field(init=False, repr=False)
     _rope: dict = field(init=False, repr=False)
+    _theta: list = field(init=False, repr=False)
+    _local: list = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
+        # The activations' dtype: the norms' (the embedding may be int8).
+        self.dtype = self.params["final_norm.weight"].dtype
         # RoPE base -> (cos, sin), each (L, 1, d) for positions < L: none until _grow_rope
         empty = np.empty((0, 1, cfg.head_dim), self.dtype)
-        bases = {cfg.rope_base(layer) for layer in range(cfg.n_layers)} - {None}
-        self._rope = {theta: (empty, empty) for theta in bases}
+        # Per layer, read once: its RoPE base and whether it is local (a sliding window).
+        self._theta = [cfg.rope_base(layer) for layer in range(cfg.n_layers)]
+        self._local = [cfg.is_local(layer) for layer in range(cfg.n_layers)]
+        self._rope = {theta: (empty, empty) for theta in set(self._theta) - {None}}
 
-    @property
-    def dtype(self) -> np.dtype:
-        return self.params["final_norm.weight"].dtype  # the embedding may be int8
 
     @property
     def vocab_size(self) -> int:
@@ -98,7 +102,7 @@ class Model:
         last: return only the logits of the last `last` positions, (B, last, V); a prefill
         needs one row, and skipping the others saves most of the output layer's work.
         """
-        cfg = self.config
+        cfg, w = self.config, self.params
         tokens = check_tokens(tokens, cfg.vocab_size)
         B, T = tokens.shape
         start = 0 if cache is None else cache.length
@@ -106,27 +110,34 @@ class Model:
             if T > cfg.context_length:
                 raise ValueError(f"tokens: {T} tokens exceed the context length "
                                  f"{cfg.context_length}")
+            pad = None if pad is None else check_pad(pad, B, T)
         else:
-            check_cache(cache, (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype, T)
+            check_cache(cache, (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype)
             if pad is not None and start:
                 raise ValueError("pad: padding can only be given at prefill (empty cache)")
-            if pad is None:
-                pad = cache.pad
-            else:
-                cache.pad = pad = check_pad(pad, B, T)
-        if pad is not None and cache is None:
-            pad = check_pad(pad, B, T)
+            if pad is not None:
+                cache.pad = check_pad(pad, B, T)
+            pad = cache.pad
         positions, mask = positions_and_mask(B, T, start, pad)
         self._grow_rope(start + T)
         # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
-        every_key = (0, mask)
+        seen = [(0, mask)] * cfg.n_layers
         if cfg.sliding_window is not None:
             window = sliding_window(mask, start, T, cfg.sliding_window)
+            seen = [window if local else every for local, every in zip(self._local, seen)]
 
-        x = self._embed(tokens, positions)  # (B, T, D)
-        for layer in range(cfg.n_layers):
-            seen = window if cfg.is_local(layer) else every_key
-            x = self._block(x, layer, positions, seen, cache)
+        x = w["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
+        if cfg.arch == "classic":
+            x += w["pos_emb.weight"][positions]
+        if cfg.embed_scale:
+            x *= math.sqrt(cfg.d_model)
+        for layer in range(cfg.n_layers):  # x += Attention(Norm(x)); x += MLP(Norm(x))
+            name = f"layers.{layer}."
+            h = self._attention(self._norm(x, name + "attn_norm"), name, layer, positions,
+                                seen[layer], cache)
+            x += self._norm(h, name + "attn_post_norm") if cfg.post_norms else h
+            h = self._mlp(self._norm(x, name + "mlp_norm"), name)
+            x += self._norm(h, name + "mlp_post_norm") if cfg.post_norms else h
         if cache is not None:
             cache.advance(T)
         if last is not None:
@@ -144,34 +155,19 @@ class Model:
                 cos, sin = rope_tables(length, self.config.head_dim, theta, self.dtype)
                 self._rope[theta] = (cos[:, None], sin[:, None])
 
-    def _embed(self, tokens, positions):
-        x = self.params["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
-        if self.config.arch == "classic":
-            x += self.params["pos_emb.weight"][positions]
-        if self.config.embed_scale:
-            x *= math.sqrt(self.config.d_model)
-        return x
-
-    def _block(self, x, layer, positions, seen, cache):
-        """One pre-norm block: x += Attention(Norm(x)); x += MLP(Norm(x))."""
-        name = f"layers.{layer}."
-        h = self._attention(self._norm(x, name + "attn_norm"), name, layer, positions, seen,
-                            cache)
-        x += self._post_norm(h, name + "attn_post_norm")
-        h = self._mlp(self._norm(x, name + "mlp_norm"), name)
-        x += self._post_norm(h, name + "mlp_post_norm")
-        return x
-
     def _attention(self, h, name, layer, positions, seen, cache):
         cfg, w = self.config, self.params
         B, T, _ = h.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = linear(h, w[name + "attn.qkv.weight"], w.get(name + "attn.qkv.bias"))
         qkv = qkv.reshape(B, T, H + 2 * K, d)
-        qk = self._qk_norm(qkv[:, :, :H + K], name)
+        qk = qkv[:, :, :H + K]
+        if cfg.qk_norm:  # Gemma: each query and key head RMS-normed over its d values
+            qk = np.concatenate([self._norm(qk[:, :, :H], name + "attn.q_norm"),
+                                 self._norm(qk[:, :, H:], name + "attn.k_norm")], axis=2)
         if cfg.arch == "modern":
             # Rotate queries and keys together: one call for the H + K heads.
-            cos, sin = self._rope[cfg.rope_base(layer)]
+            cos, sin = self._rope[self._theta[layer]]
             qk = apply_rope(qk, cos[positions], sin[positions])  # tables (.., T, 1, d)
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
         k = qk[:, :, H:].transpose(0, 2, 1, 3)  # (B, K, T, d)
@@ -184,10 +180,9 @@ class Model:
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
-    def attend(self, q, k, v, mask, scale=None):
-        """Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given:
-        `layers.attention`. A subclass may compute the same another way."""
-        return attention(q, k, v, mask, scale)
+    # Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given: a subclass
+    # may compute the same another way (the fast path's tiled attention).
+    attend = staticmethod(attention)
 
     def _mlp(self, h, name):
         cfg, w = self.config, self.params
@@ -207,22 +202,6 @@ class Model:
         if self.config.arch == "classic":
             return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), eps)
         return rms_norm(x, p[name + ".weight"], eps)
-
-    # -- Gemma's options: the identity when off ---------------------------------------------
-
-    def _post_norm(self, h, name):
-        """Norm_post(h): the sublayer's output normed before it joins the residual."""
-        return self._norm(h, name) if self.config.post_norms else h
-
-    def _qk_norm(self, qk, name):
-        """RMSNorm of each query head (gain g_q) and key head (gain g_k) over its d values;
-        qk: (B, T, H + K, d), queries first."""
-        if not self.config.qk_norm:
-            return qk
-        H, eps, w = self.config.n_heads, self.config.norm_eps, self.params
-        return np.concatenate([rms_norm(qk[:, :, :H], w[name + "attn.q_norm.weight"], eps),
-                               rms_norm(qk[:, :, H:], w[name + "attn.k_norm.weight"], eps)],
-                              axis=2)
 
 
 def random_model(config: ModelConfig, seed: int = 0, dtype="float32",

@@ -17,11 +17,13 @@ differ from theirs (ties, the penalty's window, all -inf rows, temperature 0): R
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
 
-from .knobs import SamplingConfig, sampling_config
+from .inputs import check_tokens
+from .knobs import DEFAULT_SAMPLING, SAMPLING_KNOBS, SamplingConfig
 
 __all__ = ["SamplingConfig", "sample_next_token", "choose", "draw", "filtered_probs",
            "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask",
@@ -193,11 +195,8 @@ def _counts(history, B, V, window):
     if len(recent) != B:
         raise ValueError(f"history: expected {B} rows of token ids (a (B, n) array or a list "
                          f"of lists), got {len(recent)}")
-    if recent.size and not np.issubdtype(recent.dtype, np.integer):
-        raise ValueError(f"history: expected integer token ids, got dtype {recent.dtype}")
-    if recent.size and recent.max() >= V:
-        raise ValueError(f"history: token ids must be < {V} (the vocabulary size), got "
-                         f"{recent.max()}")
+    if recent.size and (recent >= 0).any():  # negative ids are padding
+        check_tokens(recent[recent >= 0][None], V, "history")
     row, col = np.nonzero(recent >= 0)  # negative ids are padding
     return np.bincount(row * V + recent[row, col], minlength=B * V).reshape(B, V)
 
@@ -217,3 +216,18 @@ def _check_logits(z):
         rows = top.any(axis=-1, keepdims=True)
         z = np.where(rows, np.where(top, 0.0, -np.inf), z)
     return z
+
+
+def sampling_config(knobs=None, by_name=None) -> SamplingConfig:
+    """The SamplingConfig (default: every knob's default), with the knobs given by name
+    replaced, every one checked; a config given alone was checked when it was made."""
+    if knobs is not None and not isinstance(knobs, SamplingConfig):
+        raise ValueError(f"knobs: expected a SamplingConfig, got {knobs!r}; give the knobs by "
+                         "name (temperature=..., top_k=...)")
+    if not by_name:
+        return knobs or DEFAULT_SAMPLING
+    unknown = sorted(set(by_name) - set(SAMPLING_KNOBS))
+    if unknown:
+        raise TypeError(f"{unknown[0]}: not a sampling knob; they are "
+                        f"{', '.join(sorted(SAMPLING_KNOBS))}")
+    return dataclasses.replace(knobs or DEFAULT_SAMPLING, **by_name)

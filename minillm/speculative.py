@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
-from .knobs import default
+from .generate import ends_row
+from .inputs import check_prompts, is_batch
+from .knobs import default, generation_config, random_generator
 from .logprobs import Rollout, score
-from .request import check_prompts, generation_config, is_batch, random_generator, warn_if_cut
 from .sampling import SamplingConfig, choose, draw, filtered_probs
-from .stopping import reached_stop, start_text
-from .text.tokenizer import same_tokens
+from .stopping import start_text
 from .window import view_start
 
 
@@ -128,7 +128,7 @@ def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k")
         raise ValueError(f"k: must be an integer >= 1, got {k!r}")
     if is_batch(prompt_ids):
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
-    warn_if_cut(check_prompts(prompt_ids, vocab), target.config.context_length)
+    check_prompts(prompt_ids, vocab, target.config.context_length)
     drafter = make_drafter(draft, vocab, config.sampling, ngram,
                            getattr(target, "tokenizer", None))
     stats = SpeculativeStats() if stats is None else stats
@@ -157,9 +157,8 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
             text.append(t)
             stats.new_tokens += 1
             yield t
-            if t in config.stop_tokens or stats.new_tokens == config.max_new_tokens:
-                return
-            if new_text is not None and reached_stop(new_text, t, config.stop_strings):
+            if stats.new_tokens == config.max_new_tokens \
+                    or ends_row([t], [0], config, None if new_text is None else [new_text])[0]:
                 return
         slid = view_start(len(text), start, W)
         if slid != start:  # the view overflowed: keep its newest half, read it from position 0
@@ -235,7 +234,7 @@ def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):
         if theirs is not tokenizer:
             warnings.warn("draft: the draft or the target model carries no tokenizer, so they "
                           "cannot be checked to share one", stacklevel=3)
-    elif not same_tokens(theirs, tokenizer):
+    elif not theirs.same_tokens(tokenizer):
         raise ValueError("draft: its tokenizer differs from the target's; both must share one "
                          "tokenizer (the same ids for the same text)")
     return ModelDrafter(draft, knobs)

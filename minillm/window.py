@@ -60,7 +60,7 @@ class Window:
 def first_window(prompts, W: int) -> Window:
     """Each prompt's last W tokens (a longer prompt is cut from the left), right-aligned."""
     B = len(prompts)
-    width = min(W, max(len(p) for p in prompts))
+    width = min(W, max(map(len, prompts)))
     tokens = np.full((B, W), -1, dtype=np.int64)
     pad = np.zeros(B, dtype=np.int64)
     for r, p in enumerate(prompts):

@@ -6,7 +6,7 @@ import pytest
 import minillm
 from minillm.text.chat_template import chat_prompt_ids
 from minillm.conversation import Conversation, respond
-from minillm.request import generation_config
+from minillm.knobs import generation_config
 from tests.test_chat import ASSISTANT, USER, USER_AGAIN, chatml_tokenizer
 
 END = 257  # <|im_end|>

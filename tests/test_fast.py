@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minillm
-from minillm import decode
+from minillm.generate import Step, next_tokens
 from minillm.fast import model as fast
 from minillm.drafters import first_layers
 from minillm.sampling import SamplingConfig
@@ -191,9 +191,9 @@ def test_the_fast_models_choice_of_the_next_tokens_is_the_references(data, dtype
                                                      n_heads=2))
     chosen = []
     for model in (plain, fast.accelerate(plain)):
-        step = decode.Step(np.arange(len(z)), z, seen, knobs)
+        step = Step(np.arange(len(z)), z, seen, knobs)
         try:
-            chosen.append(decode.next_tokens(model, step, np.random.default_rng(0)))
+            chosen.append(next_tokens(model, step, np.random.default_rng(0)))
         except ValueError as e:
             chosen.append(str(e))
     reference, fast_choice = chosen

@@ -3,7 +3,7 @@ computes.
 
 `fast_attention.causal_attention(q, k, v, mask)` scores each block of queries against only the
 keys it may see, a block of keys at a time, with a running softmax. Both get the mask a forward
-pass builds (`masks.positions_and_mask`, `masks.sliding_window`). Hypothesis draws the shapes
+pass builds (`layers.positions_and_mask`, `layers.sliding_window`). Hypothesis draws the shapes
 (batch, key heads, query heads per key head), the offset of a cache (`start`, as in decoding
 and after a slide), left padding per row, a local layer's window, keys stored transposed or
 plain, and block sizes small enough that every kind of edge occurs: a tile on the causal
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from minillm.fast import model as fast
 from minillm.fast import attention as fast_attention
 from minillm.layers import attention
-from minillm.masks import positions_and_mask, sliding_window
+from minillm.layers import positions_and_mask, sliding_window
 
 ATOL = 1e-12  # float64: the same sums, split in blocks and rescaled by exp(m - m')
 

@@ -44,7 +44,7 @@ def record_logits(monkeypatch):
         seen.append(np.array(logits))
         return filtered_probs(logits, *args)
 
-    monkeypatch.setattr(sys.modules["minillm.decode"], "filtered_probs", recording)
+    monkeypatch.setattr(sys.modules["minillm.generate"], "filtered_probs", recording)
     return seen
 
 

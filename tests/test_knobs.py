@@ -14,7 +14,7 @@ from minillm.cli import build_parser
 from minillm.conversation import Conversation, respond
 from minillm.generate import stream
 from minillm.knobs import KNOBS
-from minillm.request import GenerationConfig, generation_config
+from minillm.knobs import GenerationConfig, generation_config
 from minillm.sampling import SamplingConfig
 from minillm.speculative import speculative_stream
 

@@ -176,7 +176,7 @@ def test_clear_errors_for_bad_input():
         model.forward(np.zeros((1, 5), dtype=int))
     with pytest.raises(ValueError, match="batch, length"):
         model.forward(np.array([1, 2]))
-    with pytest.raises(ValueError, match="integer ids"):
+    with pytest.raises(ValueError, match="tokens: token ids must be integers"):
         model.forward(np.array([[1.0]]))
     cache = model.new_cache(capacity=4)
     model.forward(np.zeros((1, 3), dtype=int), cache)

@@ -18,8 +18,8 @@ import pytest
 import minillm
 from minillm import model as model_module
 from minillm import speculative
-from minillm.decode import decode_steps
-from minillm.request import generation_config
+from minillm.generate import decode_steps
+from minillm.knobs import generation_config
 from minillm.sampling import SamplingConfig, draw, filtered_probs, sample_next_token
 from minillm.speculative import speculative_generate
 from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, check_batch_equivalence,
@@ -183,7 +183,7 @@ def test_slide_checker_passes_minillm(model, use_cache):
 def test_slide_checker_fails_rope_positions_that_drift_after_a_slide(monkeypatch):
     """One layer: a kept token's key depends only on its embedding and its position, so the
     only thing the bug changes is the positions."""
-    monkeypatch.setattr(sys.modules["minillm.decode"], "read_slid",
+    monkeypatch.setattr(sys.modules["minillm.generate"], "read_slid",
                         keys_keep_their_old_positions)
     with pytest.raises(AssertionError, match=r"step \d+ .*logits differ"):
         check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, max_examples=5)

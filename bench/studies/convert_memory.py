@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minillm.cli.common import MODELS, cache_folder
+from minillm.files.registry import MODELS, cache_folder
 
 HERE = Path(__file__).resolve().parents[2]
 # Run in the child; it ends by printing one JSON line: {"peak": MiB, "nbytes": bytes or None}.

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import minillm
-from minillm import decode
+from minillm.generate import Step, next_tokens
 from minillm.fast import model as fast
 
 from ..suite.machine import set_threads
@@ -32,7 +32,7 @@ GREEDY = minillm.SamplingConfig(temperature=0.0)
 
 def reference_choice(step, rng):
     """The decode loop's default: choose from the step's filtered distributions."""
-    return decode.next_tokens(None, step, rng)
+    return next_tokens(None, step, rng)
 
 
 def best(run, repeats: int) -> float:
@@ -55,7 +55,7 @@ def choice_per_step(vocab: int, repeats: int) -> tuple[float, float]:
 
     def loop(choose):
         for _ in range(calls):
-            choose(decode.Step(np.arange(1), z, seen, GREEDY), None)
+            choose(Step(np.arange(1), z, seen, GREEDY), None)
 
     times = [np.inf, np.inf]
     for _ in range(repeats):  # alternated

@@ -28,7 +28,7 @@ import numpy as np
 
 from minillm.fast import attention as fast_attention
 from minillm.layers import attention
-from minillm.masks import positions_and_mask
+from minillm.layers import positions_and_mask
 
 from ..suite.machine import set_threads
 

@@ -44,7 +44,7 @@ def run(args) -> int:
 
     from ..text.chat_template import chat_prompt_ids
     from ..conversation import Conversation, common_prefix_length, respond
-    from ..request import generation_config
+    from ..knobs import generation_config
     from ..stopping import cut_at_stop
 
     # The template file is read first: a bad path is told before the model's slow load.

@@ -30,7 +30,7 @@ TINY = math.exp(-48.0)
 
 def causal_attention(q, k, v, mask=None, scale=None):
     """softmax(Q K^T / sqrt(d) + M) V, as `layers.attention(q, k, v, mask)` for the causal
-    masks a forward pass builds (`masks.positions_and_mask`), computed a tile at a time.
+    masks a forward pass builds (`layers.positions_and_mask`), computed a tile at a time.
 
     Causal: with S - T keys cached before the T queries, the mask hides from query t every key
     past S - T + t. A block of queries [t0, t1) is therefore scored against keys

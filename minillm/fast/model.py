@@ -114,7 +114,7 @@ class FastModel(Model):
         super().__post_init__()
 
     def next_tokens(self, step, rng) -> np.ndarray:
-        """The decode loop's choice (decode.next_tokens), the same tokens sooner: greedy
+        """The decode loop's choice (generate.next_tokens), the same tokens sooner: greedy
         decoding without a penalty takes the argmax of finite logits, where filtered_probs
         puts its one-hot, skipping the distribution's float64 copy, checks and one-hot
         (docs/PERFORMANCE.md, "Sampling and the norms"). Ties go to the lowest id, as there;

@@ -271,6 +271,10 @@ class Tokenizer:
         """Whether decoding drops the space SentencePiece's prefix put before the first word."""
         return self.sentencepiece is not None and self.sentencepiece.strip_space
 
+    def same_tokens(self, other) -> bool:
+        """Whether `other` turns the same text into the same ids and back (same_tokens)."""
+        return same_tokens(self, other)
+
     def decode(self, ids, skip_special_tokens=False):
         """The text of a sequence of ids (invalid UTF-8 becomes U+FFFD)."""
         skip = set(self.special_tokens.values()) if skip_special_tokens else set()
