@@ -48,7 +48,7 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
         rows = rollouts(model, prompts, decode_steps(model, prompts, config, rng, use_cache),
                         prompt_logprobs)
     else:
-        rows = [p.tolist() for p in prompts]
+        rows = list(map(np.ndarray.tolist, prompts))
         for step in decode_steps(model, prompts, config, rng, use_cache):
             for r in step.rows:
                 rows[r].append(int(step.tokens[r]))

@@ -172,7 +172,10 @@ def generation_config(config: GenerationConfig | None = None, model=None,
     if unknown:
         raise TypeError(f"{unknown[0]}: not a knob; the knobs are "
                         f"{', '.join(sorted(SAMPLING_KNOBS + GENERATION_KNOBS))}")
-    own = {name: knobs.pop(name) for name in GENERATION_KNOBS if name in knobs}
+    own = {}
+    for name in GENERATION_KNOBS:
+        if name in knobs:
+            own[name] = knobs.pop(name)
     if knobs:  # what is left are sampling knobs
         own["sampling"] = dataclasses.replace(config.sampling, **knobs)
     config = dataclasses.replace(config, **own) if own else config

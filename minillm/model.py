@@ -43,6 +43,7 @@ class Model:
     params: dict
     tokenizer: object = None
     dtype: np.dtype = field(init=False, repr=False)
+    output_weight: object = field(init=False, repr=False)
     _rope: dict = field(init=False, repr=False)
     _theta: list = field(init=False, repr=False)
     _local: list = field(init=False, repr=False)
@@ -51,6 +52,8 @@ class Model:
         cfg = self.config
         # The activations' dtype: the norms' (the embedding may be int8).
         self.dtype = self.params["final_norm.weight"].dtype
+        # The output layer (V, D): the token embedding itself when tied.
+        self.output_weight = self.params.get("lm_head.weight", self.params["tok_emb.weight"])
         # RoPE base -> (cos, sin), each (L, 1, d) for positions < L: none until _grow_rope
         empty = np.empty((0, 1, cfg.head_dim), self.dtype)
         # Per layer, read once: its RoPE base and whether it is local (a sliding window).
@@ -72,10 +75,6 @@ class Model:
         """Bytes of every parameter held (a quantized weight counts its integers and scales)."""
         return sum(w.nbytes for w in self.params.values())
 
-    @property
-    def output_weight(self):
-        """The output layer (V, D): the token embedding itself when tied."""
-        return self.params.get("lm_head.weight", self.params["tok_emb.weight"])
 
     def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
         """An empty cache for `batch_size` rows of up to `capacity` tokens (the context length);

@@ -38,7 +38,8 @@ def sample_next_token(logits, knobs: SamplingConfig | None = None, history=None,
     (the named ones replace the config's). Greedy (temperature 0) uses no randomness; any
     other temperature needs `rng`, a seeded numpy.random.Generator.
     """
-    knobs = sampling_config(knobs, by_name)
+    if by_name or not isinstance(knobs, SamplingConfig):  # a config alone is checked
+        knobs = sampling_config(knobs, by_name)
     return choose(filtered_probs(logits, knobs, history), knobs, rng)
 
 
@@ -87,7 +88,8 @@ def filtered_probs(logits, knobs: SamplingConfig | None = None, history=None,
     Greedy (temperature 0) is one-hot on the argmax, ties going to the lowest token id.
     At least one token always survives, and the result never holds NaN.
     """
-    knobs = sampling_config(knobs, by_name)
+    if by_name or not isinstance(knobs, SamplingConfig):  # a config alone is checked
+        knobs = sampling_config(knobs, by_name)
     z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits are never changed
     single = z.ndim == 1
     z = _check_logits(z[None] if single else z)
