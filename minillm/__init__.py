@@ -18,6 +18,13 @@ from .files.npz import WeightsError, load, save
 
 __version__ = "0.1.0"
 
+# The reading path, in the order a learner reads it (the README's "Reading order" shows this
+# list; tests/test_reading_path.py holds each module to it): the whole algorithm in one file,
+# then the library's chapters and what they need. Everything else lives in the subpackages.
+READING_ORDER = ("tiny", "sampling", "layers", "kv_cache", "config", "inputs", "model", "knobs",
+                 "window", "stopping", "logprobs", "generate", "drafters", "speculative",
+                 "conversation", "quantize")
+
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",
            "generate", "stream", "Rollout", "ScoredToken", "quantize_rows", "quantize",

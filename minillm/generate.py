@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .inputs import check_prompts, is_batch
+from .inputs import check_prompts
 from .knobs import GenerationConfig, generation_config, random_generator
 from .logprobs import rollouts, scored_steps
 from .sampling import SamplingConfig, choose, filtered_probs
@@ -41,7 +41,8 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
     return_logprobs: a Rollout per row instead (one Rollout for one prompt), with the
     log-probability of every new token; prompt_logprobs: score the prompt's tokens too.
     """
-    prompts = check_prompts(prompt_ids, model.config.vocab_size, model.config.context_length)
+    prompts, batch = check_prompts(prompt_ids, model.config.vocab_size,
+                                   model.config.context_length)
     config = generation_config(config, model, **knobs)
     rng = random_generator(config, rng)
     if return_logprobs or prompt_logprobs:
@@ -52,7 +53,7 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
         for step in decode_steps(model, prompts, config, rng, use_cache):
             for r in step.rows:
                 rows[r].append(int(step.tokens[r]))
-    return rows if is_batch(prompt_ids) else rows[0]
+    return rows if batch else rows[0]
 
 
 def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_logprobs=False,
@@ -65,7 +66,8 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
     progress: None, or called as progress(tokens read, of how many) while the cached loop reads
     a long text: the prompt, and the window's kept half after each slide.
     """
-    prompts = check_prompts(prompt_ids, model.config.vocab_size, model.config.context_length)
+    prompts, batch = check_prompts(prompt_ids, model.config.vocab_size,
+                                   model.config.context_length)
     config = generation_config(config, model, **knobs)  # checked here, before the first token
     rng = random_generator(config, rng)
     if return_logprobs:
@@ -73,7 +75,7 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
     else:
         steps = ({int(r): int(step.tokens[r]) for r in step.rows}
                  for step in decode_steps(model, prompts, config, rng, use_cache, progress))
-    if is_batch(prompt_ids):
+    if batch:
         return steps
     return (step[0] for step in steps)
 

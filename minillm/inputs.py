@@ -27,11 +27,16 @@ def check_tokens(tokens, vocab_size: int, name: str = "tokens") -> np.ndarray:
     return tokens
 
 
-def check_prompts(prompt_ids, vocab_size: int, W: int) -> list[np.ndarray]:
-    """The prompts as 1-D int64 arrays, each checked: non-empty, ids in [0, vocab_size). A
-    prompt longer than the context W is read from its last W tokens only: a warning says so,
-    with the numbers."""
-    rows = list(prompt_ids) if is_batch(prompt_ids) else [prompt_ids]
+def check_prompts(prompt_ids, vocab_size: int, W: int) -> tuple[list[np.ndarray], bool]:
+    """The prompts as 1-D int64 arrays, each checked (non-empty, ids in [0, vocab_size)), and
+    whether they came as a batch: a 2-D array or a sequence of sequences; one prompt is a flat
+    sequence. A prompt longer than the context W is read from its last W tokens only: a
+    warning says so, with the numbers."""
+    if isinstance(prompt_ids, np.ndarray):
+        batch = prompt_ids.ndim == 2
+    else:
+        batch = bool(prompt_ids) and isinstance(prompt_ids[0], (list, tuple, np.ndarray))
+    rows = list(prompt_ids) if batch else [prompt_ids]
     if not rows:
         raise ValueError("prompt_ids: empty batch, give at least one prompt")
     prompts = []
@@ -45,14 +50,7 @@ def check_prompts(prompt_ids, vocab_size: int, W: int) -> list[np.ndarray]:
             which = "prompt" + (f" {r}" if len(rows) > 1 else "")
             warnings.warn(f"{which}: {len(ids)} tokens, longer than the model's context of "
                           f"{W}: only the last {W} are read", stacklevel=4)
-    return prompts
-
-
-def is_batch(prompt_ids) -> bool:
-    """A batch is a 2-D array or a sequence of sequences; one prompt is a flat sequence."""
-    if isinstance(prompt_ids, np.ndarray):
-        return prompt_ids.ndim == 2
-    return bool(prompt_ids) and isinstance(prompt_ids[0], (list, tuple, np.ndarray))
+    return prompts, batch
 
 
 def check_cache(cache, shape, dtype) -> None:

@@ -27,8 +27,8 @@ import numpy as np
 from .config import ModelConfig, parameter_shapes
 from .inputs import check_cache, check_pad, check_tokens
 from .kv_cache import KVCache
-from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
-from .layers import positions_and_mask, sliding_window
+from .layers import (ACTIVATIONS, apply_rope, attention, layer_norm, linear, positions_and_mask,
+                     rms_norm, rope_tables, sliding_window)
 
 
 @dataclass(eq=False)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter
 from .generate import ends_row
-from .inputs import check_prompts, is_batch
+from .inputs import check_prompts
 from .knobs import default, generation_config, random_generator
 from .logprobs import Rollout, score
 from .sampling import SamplingConfig, choose, draw, filtered_probs
@@ -126,9 +126,8 @@ def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k")
     config = generation_config(config, target, **knobs)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k: must be an integer >= 1, got {k!r}")
-    if is_batch(prompt_ids):
+    if check_prompts(prompt_ids, vocab, target.config.context_length)[1]:
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
-    check_prompts(prompt_ids, vocab, target.config.context_length)
     drafter = make_drafter(draft, vocab, config.sampling, ngram,
                            getattr(target, "tokenizer", None))
     stats = SpeculativeStats() if stats is None else stats
