@@ -1,4 +1,5 @@
-"""A byte tokenizer shared by the test modules (model strategies: minillm.testing.strategies)."""
+"""What the test modules share: a byte tokenizer (model strategies: minillm.testing.strategies)
+and the check that an import graph has no cycle."""
 from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer
 
 
@@ -8,3 +9,27 @@ def byte_tokenizer():
     vocab["Ġt"] = 256
     return Tokenizer(vocab, [("Ġ", "t")],
                      added_tokens=[{"id": 257, "content": "<|endoftext|>", "special": True}])
+
+
+def topological_order(graph: dict) -> list:
+    """The modules of `graph` (module -> the modules it imports), each after what it imports;
+    an AssertionError naming the cycle if there is one. A module importing its own package
+    (its __init__) points up, not round, and is not followed."""
+    order, done, active = [], set(), []
+
+    def visit(module):
+        if module in done:
+            return
+        assert module not in active, "import cycle: " + " -> ".join(
+            active[active.index(module):] + [module])
+        active.append(module)
+        for dependency in sorted(graph[module]):
+            if not module.startswith(dependency + "."):
+                visit(dependency)
+        active.pop()
+        done.add(module)
+        order.append(module)
+
+    for module in sorted(graph):
+        visit(module)
+    return order

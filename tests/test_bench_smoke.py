@@ -2,6 +2,7 @@
 import sys
 
 from bench.__main__ import main
+from tests.helpers import topological_order
 
 
 def test_quick_run_prints_a_table_per_workload(capsys, tmp_path):
@@ -84,18 +85,4 @@ def test_bench_imports_one_way():
                        if m in files and m != name and not name.startswith(m + ".")}
     assert "bench.suite.timing" in graph["bench.suite.real_long"]  # the walk sees the imports
 
-    done, active = set(), []
-
-    def visit(module):
-        if module in done:
-            return
-        assert module not in active, "import cycle: " + " -> ".join(
-            active[active.index(module):] + [module])
-        active.append(module)
-        for dependency in sorted(graph[module]):
-            visit(dependency)
-        active.pop()
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module)
+    assert len(topological_order(graph)) == len(graph)

@@ -7,6 +7,8 @@ import ast
 import sys
 from pathlib import Path
 
+from tests.helpers import topological_order
+
 PACKAGE = Path(__file__).resolve().parents[1] / "minillm"
 OPTIONAL = {"torch", "transformers", "safetensors", "tokenizers", "threadpoolctl", "gguf",
             "hypothesis", "matplotlib", "jinja2", "llama_cpp"}
@@ -38,23 +40,7 @@ def internal_imports(path: Path) -> set[str]:
 def test_no_import_cycles():
     graph = {module_name(p): internal_imports(p) for p in PACKAGE.rglob("*.py")}
     # A package's __init__ re-exports its modules; those edges point down, not up.
-    order, done, active = [], set(), []
-
-    def visit(module):
-        if module in done:
-            return
-        assert module not in active, "import cycle: " + " -> ".join(
-            active[active.index(module):] + [module])
-        active.append(module)
-        for dependency in sorted(graph[module]):
-            if not module.startswith(dependency + "."):  # a module importing its own package
-                visit(dependency)
-        active.pop()
-        done.add(module)
-        order.append(module)
-
-    for module in sorted(graph):
-        visit(module)
+    order = topological_order(graph)
     assert len(order) == len(graph)
 
 
