@@ -47,3 +47,27 @@ def test_log_softmax_and_bits_per_byte():
     z = np.array([[1000.0, 1000.0]])
     assert np.allclose(log_softmax(z), np.log(0.5))
     assert bits_per_byte(np.log(2), n_tokens=10, n_bytes=10) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_quality_loss_is_evaluate_loss_exactly(arch):
+    """quality.py's loss of the float and the quantized model is evaluate()'s of each, bit for
+    bit, on the tokens its windows cover (whatever is left over after the last full window is
+    not read)."""
+    from minillm.study.quality import compare, loss, windows
+
+    cfg = minillm.ModelConfig(arch=arch, vocab_size=23, context_length=8, d_model=8,
+                              n_layers=2, n_heads=2, d_ff=12)
+    model = minillm.random_model(cfg, seed=3)
+    model8 = minillm.quantize(model, bits=4)
+    ids = np.random.default_rng(1).integers(0, 23, size=40)
+    for length, count in ((8, None), (5, None), (6, 3)):
+        wins = windows(ids, length, count)
+        covered = ids[:len(wins) * length + 1]
+        assert (wins[:, 1:].ravel() == covered[1:]).all()  # each token after the first once
+        r = compare(model, model8, wins)
+        assert r.positions == len(covered) - 1
+        assert r.loss_float == evaluate(model, covered, window=length)
+        assert r.loss_quant == evaluate(model8, covered, window=length)
+        assert r.loss_quant != r.loss_float
+        assert loss(model8, wins) == r.loss_quant and loss(model, wins) == r.loss_float

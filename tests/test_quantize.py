@@ -268,7 +268,8 @@ def test_quality_compare_on_identical_and_uniform_models():
     from minillm.study.quality import compare, next_token_loss, windows
 
     model = minillm.random_model(CFG, seed=9)
-    wins = windows(np.arange(40) % CFG.vocab_size, 8)
+    wins = windows(np.arange(43) % CFG.vocab_size, 8)  # 5 windows of 8 predictions, 2 left over
+    assert wins.shape == (5, 9) and (wins[1:, 0] == wins[:-1, -1]).all()
     r = compare(model, model, wins, batch_size=3)
     assert r.positions == 40 and r.same_top == 1.0 and r.loss_float == r.loss_quant
     assert abs(r.cosine - 1) < 1e-6

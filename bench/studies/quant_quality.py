@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.random:
         model = minillm.random_model(SPROUT, seed=0)
-        ids = np.random.default_rng(0).integers(0, SPROUT.vocab_size, args.windows * args.length)
+        n_ids = args.windows * args.length + 1  # windows share their edge token
+        ids = np.random.default_rng(0).integers(0, SPROUT.vocab_size, n_ids)
         print("random Sprout-size model on random tokens (losses are not language figures)")
     elif args.model_path:
         model = minillm.load(args.model_path, fast=False)

@@ -1,9 +1,13 @@
 """How much quantization changes a model: the same held-out windows through both models.
 
-For each position t of each window, with logits a_t (float model) and b_t (quantized copy):
+The windows are evaluate's (minillm/study/evaluate.py): rows of T + 1 tokens, each sharing its
+first token with the last of the row before; a model reads the first T and predicts the last T.
+For each position t read, with logits a_t (float model) and b_t (quantized copy):
     cosine      mean_t  a_t . b_t / (|a_t| |b_t|)
     same top    share of positions where argmax a_t == argmax b_t
     loss        mean_t -log softmax(z_t)[x_{t+1}]   (nats per token, next-token prediction)
+The loss is computed by evaluate.py's own pieces, window by window in the same order, so each
+model's loss is exactly ``evaluate(model, ids, T)`` on the tokens the windows cover.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layers import log_softmax
+from .evaluate import split_windows, token_losses, window_logits
 
 
 @dataclass
@@ -24,42 +28,59 @@ class QuantQuality:
 
 
 def windows(ids, length: int, count: int | None = None) -> np.ndarray:
-    """Consecutive non-overlapping windows of `length` tokens from a token list: (n, length)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if length < 2:
-        raise ValueError(f"length: a window needs at least 2 tokens, got {length}")
-    n = len(ids) // length if count is None else min(count, len(ids) // length)
+    """evaluate's windows of `length` predictions from a token list, the full ones, at most
+    `count`: (n, length + 1), row w = ids[w*length : (w+1)*length + 1]."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if length < 1:
+        raise ValueError(f"length: a window predicts at least 1 token, got {length}")
+    n = (len(ids) - 1) // length if count is None else min(count, (len(ids) - 1) // length)
     if n < 1:
-        raise ValueError(f"ids: {len(ids)} tokens do not fill one window of {length}")
-    return ids[:n * length].reshape(n, length)
+        raise ValueError(f"ids: {len(ids)} tokens do not fill one window of {length} "
+                         f"predictions ({length + 1} tokens)")
+    return np.stack(split_windows(ids[:n * length + 1], length))
 
 
 def next_token_loss(logits: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """-log p(x_{t+1} | x_<=t) for every position but the last: (B, T, V), (B, T) -> (B, T-1)."""
-    logp = log_softmax(logits[:, :-1])  # (B, T-1, V), float64
-    return -np.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    return token_losses(logits[:, :-1], tokens[:, 1:])
 
 
 def compare(model_float, model_quant, windows_ids, batch_size: int = 4) -> QuantQuality:
-    """Score both models on the same windows (B, T) of token ids; see the module docstring."""
-    cos, same, loss_f, loss_q = [], [], [], []
-    for i in range(0, len(windows_ids), batch_size):
-        tokens = windows_ids[i:i + batch_size]
-        a = model_float.forward(tokens).astype(np.float64)  # (B, T, V)
-        b = model_quant.forward(tokens).astype(np.float64)
-        cos.append(((a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-                                        + 1e-300)).ravel())
-        same.append((a.argmax(-1) == b.argmax(-1)).ravel())
-        loss_f.append(next_token_loss(a, tokens).ravel())
-        loss_q.append(next_token_loss(b, tokens).ravel())
+    """Score both models on the same windows (n, T + 1) from `windows`; see the module docstring.
+
+    Each window is read on its own, as evaluate reads it (`batch_size` is kept for callers and
+    no longer used), so the two losses are evaluate's to the last bit.
+    """
+    rows = _rows(windows_ids)
+    cos, same = [], []
+    total_f, total_q, count = 0.0, 0.0, 0
+    for (a, targets), (b, _) in zip(window_logits(model_float, rows),
+                                    window_logits(model_quant, rows)):
+        total_f += token_losses(a, targets).sum()
+        total_q += token_losses(b, targets).sum()
+        count += len(targets)
+        a, b = a.astype(np.float64), b.astype(np.float64)  # (T, V)
+        cos.append((a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+                                      + 1e-300))
+        same.append(a.argmax(-1) == b.argmax(-1))
     cos, same = np.concatenate(cos), np.concatenate(same)
-    return QuantQuality(float(cos.mean()), float(same.mean()), float(np.concatenate(loss_f).mean()),
-                        float(np.concatenate(loss_q).mean()), int(cos.size))
+    return QuantQuality(float(cos.mean()), float(same.mean()), float(total_f / count),
+                        float(total_q / count), int(cos.size))
 
 
 def loss(model, windows_ids, batch_size: int = 4) -> float:
-    """Mean next-token loss (nats/token) of one model on the windows."""
-    parts = [next_token_loss(model.forward(windows_ids[i:i + batch_size]),
-                             windows_ids[i:i + batch_size]).ravel()
-             for i in range(0, len(windows_ids), batch_size)]
-    return float(np.concatenate(parts).mean())
+    """Mean next-token loss (nats/token) of one model on the windows: evaluate's on the tokens
+    they cover (`batch_size` is kept for callers and no longer used)."""
+    total, count = 0.0, 0
+    for logits, targets in window_logits(model, _rows(windows_ids)):
+        total += token_losses(logits, targets).sum()
+        count += len(targets)
+    return float(total / count)
+
+
+def _rows(windows_ids) -> np.ndarray:
+    rows = np.asarray(windows_ids, dtype=np.int64)
+    if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 2:
+        raise ValueError(f"windows_ids: need (n, T + 1) windows from windows(), got shape "
+                         f"{rows.shape}")
+    return rows
