@@ -117,9 +117,10 @@ def prefill(model, window: Window, cache, progress=None):
     """(B, V) logits of the last position of every row, after reading the whole window (in
     chunks, window.read)."""
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
+    pad = window.pad if window.pad.any() else None  # rows of one length need no padding
     if cache is None:  # the uncached loop reads the window whole at every step anyway
-        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
-    return read(model, tokens, cache, pad=window.pad, progress=progress)
+        return model.forward(tokens, pad=pad, last=1)[:, -1]
+    return read(model, tokens, cache, pad=pad, progress=progress)
 
 
 def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):

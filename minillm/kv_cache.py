@@ -99,14 +99,16 @@ class KVCache:
         self.length = 0
         self.pad = None
 
-    def shift(self, n: int) -> None:
-        """Forget the oldest n positions of every row: [n, length) moves to [0, length - n)."""
+    def shift(self, n: int, pad=None) -> None:
+        """Forget the oldest n positions of every row: [n, length) moves to [0, length - n).
+        pad: each row's left padding after the move, (B,) counts or None (no row padded)."""
         if not 0 <= n <= self.length:
             raise ValueError(f"shift: n must be in [0, {self.length}], got {n}")
         kept = self.length - n
         self.k[:, :, :, :kept] = self.k[:, :, :, n:self.length]  # NumPy copes with the overlap
         self.v[:, :, :, :kept] = self.v[:, :, :, n:self.length]
         self.length = kept
+        self.pad = pad
 
     def fill_rows(self, rows, other: "KVCache", start: int) -> None:
         """Rows `rows` of this cache take everything `other` holds (one row of `other` per

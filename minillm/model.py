@@ -114,8 +114,8 @@ class Model:
             check_cache(cache, (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype)
             if pad is not None and start:
                 raise ValueError("pad: padding can only be given at prefill (empty cache)")
-            if pad is not None:
-                cache.pad = check_pad(pad, B, T)
+            if pad is not None:  # the one place a cache learns its rows' padding (but a slide)
+                cache.pad = check_pad(pad, B, cache.capacity)  # may outlast this first chunk
             pad = cache.pad
         positions, mask = positions_and_mask(B, T, start, pad)
         self._grow_rope(start + T)

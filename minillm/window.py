@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .inputs import check_pad
+
 # A long text is read READ_CHUNK tokens per forward pass: the attention scores a pass holds are
 # then at most READ_CHUNK x W per head, not T x W, and the result is that of one pass (the
 # cache gives every chunk the keys and values of the chunks before it).
@@ -99,25 +101,22 @@ def append(window: Window, token, W: int):
 def read_slid(model, window: Window, token, cache, shift: int, slid, progress=None):
     """The cached step after a slide (append returned shift > 0): (B, V) next logits.
 
-    Every row's text moved left by `shift` columns: so do its keys and values. The rows that
-    did not slide read the new token as usual; the sliding rows read their kept tokens again
-    from scratch, positions from 0, and their keys and values replace the old ones.
+    Every row's text moved left by `shift` columns: so do its keys and values, and its padding
+    shrinks. The rows that did not slide read the new token as usual; the sliding rows read
+    their kept tokens again from scratch, positions from 0, and their keys and values replace
+    the old ones. When every row slid, the window is just their kept text: the cache reads it
+    again from empty, one forward pass per chunk and none for the new token alone.
     progress: called as progress(tokens read, of how many) during that re-read (`read`).
     """
-    cache.shift(shift)
-    cache.pad = window.pad.copy() if window.pad.any() else None
-    if len(slid) < len(token):
-        logits = model.forward(token[:, None], cache)[:, -1]  # (B, V)
-    else:
-        cache.advance(1)  # its keys and values are written by the re-read below
-    keep = window.width - int(window.pad[slid[0]])
-    fresh = model.new_cache(len(slid), capacity=keep)
-    reread = read(model, window.tokens[slid, window.width - keep:window.width], fresh,
-                  progress=progress)
-    cache.fill_rows(slid, fresh, start=window.width - keep)
+    kept = window.tokens[slid, window.pad[slid[0]]:window.width]  # (len(slid), keep)
     if len(slid) == len(token):
-        return reread
-    logits[slid] = reread
+        cache.reset()
+        return read(model, kept, cache, progress=progress)
+    cache.shift(shift, check_pad(window.pad, len(token), window.width))
+    logits = model.forward(token[:, None], cache)[:, -1]  # (B, V)
+    fresh = model.new_cache(len(slid), capacity=kept.shape[1])
+    logits[slid] = read(model, kept, fresh, progress=progress)
+    cache.fill_rows(slid, fresh, start=window.width - kept.shape[1])
     return logits
 
 
@@ -144,15 +143,14 @@ def common_prefix_length(a, b) -> int:
 
 def read(model, tokens, cache, pad=None, progress=None):
     """(B, V) logits of the last position after reading tokens (B, T) into `cache`, READ_CHUNK
-    tokens per forward pass. pad: (B,) left padding of each row, given to an empty cache; the
-    cache keeps it for every chunk (a row's padding may be longer than the first chunk).
+    tokens per forward pass. pad: (B,) left padding of each row, given to an empty cache with
+    the first chunk; the cache keeps it for every chunk (it may be longer than the first).
     progress: None, or called as progress(tokens read, T) after each chunk."""
-    if pad is not None:
-        cache.pad = pad.copy() if pad.any() else None
     # Room for the whole text at once (never past the cache's capacity, which append enforces).
     cache.reserve(min(cache.capacity, cache.length + tokens.shape[1]))
     for start in range(0, tokens.shape[1], READ_CHUNK):
-        logits = model.forward(tokens[:, start:start + READ_CHUNK], cache, last=1)
+        logits = model.forward(tokens[:, start:start + READ_CHUNK], cache,
+                               pad=pad if start == 0 else None, last=1)
         if progress is not None:
             progress(min(start + READ_CHUNK, tokens.shape[1]), tokens.shape[1])
     return logits[:, -1]

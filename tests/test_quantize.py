@@ -270,7 +270,7 @@ def test_quality_compare_on_identical_and_uniform_models():
     model = minillm.random_model(CFG, seed=9)
     wins = windows(np.arange(43) % CFG.vocab_size, 8)  # 5 windows of 8 predictions, 2 left over
     assert wins.shape == (5, 9) and (wins[1:, 0] == wins[:-1, -1]).all()
-    r = compare(model, model, wins, batch_size=3)
+    r = compare(model, model, wins)
     assert r.positions == 40 and r.same_top == 1.0 and r.loss_float == r.loss_quant
     assert abs(r.cosine - 1) < 1e-6
     uniform = np.zeros((2, 5, 30))  # every token equally likely: loss = ln V

@@ -45,11 +45,11 @@ def next_token_loss(logits: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return token_losses(logits[:, :-1], tokens[:, 1:])
 
 
-def compare(model_float, model_quant, windows_ids, batch_size: int = 4) -> QuantQuality:
+def compare(model_float, model_quant, windows_ids) -> QuantQuality:
     """Score both models on the same windows (n, T + 1) from `windows`; see the module docstring.
 
-    Each window is read on its own, as evaluate reads it (`batch_size` is kept for callers and
-    no longer used), so the two losses are evaluate's to the last bit.
+    Each window is read on its own, as evaluate reads it, so the two losses are evaluate's to
+    the last bit.
     """
     rows = _rows(windows_ids)
     cos, same = [], []
@@ -68,9 +68,9 @@ def compare(model_float, model_quant, windows_ids, batch_size: int = 4) -> Quant
                         float(total_q / count), int(cos.size))
 
 
-def loss(model, windows_ids, batch_size: int = 4) -> float:
+def loss(model, windows_ids) -> float:
     """Mean next-token loss (nats/token) of one model on the windows: evaluate's on the tokens
-    they cover (`batch_size` is kept for callers and no longer used)."""
+    they cover."""
     total, count = 0.0, 0
     for logits, targets in window_logits(model, _rows(windows_ids)):
         total += token_losses(logits, targets).sum()
