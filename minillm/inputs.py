@@ -1,4 +1,4 @@
-"""What a model accepts, checked once: token ids, prompts, padding, a cache of its shape.
+"""What a model accepts, checked once: token ids, prompts, padding.
 
 Token ids index the embedding's rows, so every id anywhere (a forward pass's tokens, a
 generation's prompts, the history the penalties count) is an integer in [0, vocab_size):
@@ -51,17 +51,6 @@ def check_prompts(prompt_ids, vocab_size: int, W: int) -> tuple[list[np.ndarray]
             warnings.warn(f"{which}: {len(ids)} tokens, longer than the model's context of "
                           f"{W}: only the last {W} are read", stacklevel=4)
     return prompts, batch
-
-
-def check_cache(cache, shape, dtype) -> None:
-    """A cache of (n_layers, B, n_kv_heads, head_dim) = `shape` and `dtype` (whether the new
-    tokens fit is the cache's own check, KVCache.append)."""
-    n_layers, B, heads, head_dim = shape
-    got = cache.k.shape
-    if (got[0], got[1], got[2], got[4]) != shape or cache.k.dtype != dtype:
-        raise ValueError(f"cache: its arrays {got[:3] + (cache.capacity, got[4])} / "
-                         f"{cache.k.dtype} do not fit this model and batch (expected "
-                         f"{(n_layers, B, heads, cache.capacity, head_dim)} / {dtype})")
 
 
 def check_pad(pad, B: int, T: int) -> np.ndarray | None:

@@ -64,6 +64,16 @@ class KVCache:
 
     # -- what a forward pass does ---------------------------------------------------------
 
+    def check_fits(self, shape, dtype) -> None:
+        """A cache of (n_layers, B, n_kv_heads, head_dim) = `shape` and `dtype` (whether the
+        new tokens fit is append's check)."""
+        n_layers, B, heads, head_dim = shape
+        got = self.k.shape
+        if (got[0], got[1], got[2], got[4]) != shape or self.k.dtype != dtype:
+            raise ValueError(f"cache: its arrays {got[:3] + (self.capacity, got[4])} / "
+                             f"{self.k.dtype} do not fit this model and batch (expected "
+                             f"{(n_layers, B, heads, self.capacity, head_dim)} / {dtype})")
+
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new tokens' keys and values k, v: (B, K, T, d) at positions
         [length, length + T) of `layer`, and return everything they attend to:

@@ -191,10 +191,16 @@ def attention(q, k, v, mask=None, scale=None):
 def positions_and_mask(B, T, start, pad):
     """Positions of the new tokens and which keys each of them may see (causality, padding).
 
-    A token's position is its index minus its row's padding.
+    A token's position is its index minus its row's padding. `start` is one count for every
+    row (a cache's length), or a count per row (B,) for rows that each continue their own text
+    (the serving engine's requests; no padding then).
     Returns positions (a slice of T, or (B, T) indices) and a mask broadcastable to
     (B, 1, 1, T, S), or None when every key is visible.
     """
+    if np.ndim(start):  # a start per row: row r's token t sits at index start[r] + t
+        index = start[:, None] + np.arange(T)  # (B, T)
+        causal = np.arange(int(start.max()) + T) <= index[..., None]  # (B, T, S)
+        return index, causal[:, None, None]
     if pad is None and T == 1:  # decoding one token: it sees every key
         return slice(start, start + 1), None
     index = np.arange(start, start + T)  # (T,)
@@ -210,10 +216,13 @@ def positions_and_mask(B, T, start, pad):
 def sliding_window(mask, start, T, window):
     """A local layer's view: (first, mask') where keys before index `first` are out of every
     new token's window (the layer need not read them) and mask' is `mask` over keys
-    [first, start + T) with the window applied, or None when every one of those is visible."""
-    first = max(0, start + 1 - window)  # the oldest key the first new token still sees
-    index = np.arange(start, start + T)  # (T,)
-    near = index[:, None] - np.arange(first, start + T) < window  # (T, S - first)
+    [first, start + T) with the window applied, or None when every one of those is visible.
+    `start`: one count, or one per row, as for positions_and_mask."""
+    first = max(0, int(np.min(start)) + 1 - window)  # the oldest key a first new token sees
+    index = np.add.outer(start, np.arange(T))  # (T,), or (B, T) for a start per row
+    near = index[..., None] - np.arange(first, int(np.max(start)) + T) < window  # (.., T, S')
+    if np.ndim(start):
+        near = near[:, None, None]  # (B, 1, 1, T, S - first), as the mask
     if mask is None:
         return first, None if near.all() else near
     return first, mask[..., first:] & near

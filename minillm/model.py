@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import ModelConfig, parameter_shapes
-from .inputs import check_cache, check_pad, check_tokens
+from .inputs import check_pad, check_tokens
 from .kv_cache import KVCache
 from .layers import (ACTIVATIONS, apply_rope, attention, layer_norm, linear, positions_and_mask,
                      rms_norm, rope_tables, sliding_window)
@@ -111,14 +111,14 @@ class Model:
                                  f"{cfg.context_length}")
             pad = None if pad is None else check_pad(pad, B, T)
         else:
-            check_cache(cache, (cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype)
+            cache.check_fits((cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype)
             if pad is not None and start:
                 raise ValueError("pad: padding can only be given at prefill (empty cache)")
             if pad is not None:  # the one place a cache learns its rows' padding (but a slide)
                 cache.pad = check_pad(pad, B, cache.capacity)  # may outlast this first chunk
             pad = cache.pad
         positions, mask = positions_and_mask(B, T, start, pad)
-        self._grow_rope(start + T)
+        self._grow_rope(int(np.max(start)) + T)  # the furthest any row reaches
         # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
         seen = [(0, mask)] * cfg.n_layers
         if cfg.sliding_window is not None:

@@ -1,0 +1,10 @@
+"""The serving chapter: many requests through one model at once, each exactly as if alone.
+
+    blocks.py        the paged KV cache: a pool of fixed-size blocks, a block table per request
+    prefix_cache.py  full blocks keyed by the tokens they hold, shared by requests alike
+    scheduler.py     continuous batching: who computes how many tokens in the next step
+    engine.py        Engine: add_request, step, abort, has_unfinished, stats
+"""
+from .engine import Engine, Output, Stats
+
+__all__ = ["Engine", "Output", "Stats"]

@@ -1,0 +1,230 @@
+"""The serving engine: many requests at once through one model, each exactly as if alone.
+
+    engine = Engine(model, block_size=16, max_batch_tokens=512)
+    rid = engine.add_request(prompt_ids, max_new_tokens=50, temperature=0.8, seed=1)
+    while engine.has_unfinished():
+        for out in engine.step():      # out.request_id, out.token, out.logprob, out.finished
+            ...
+
+A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` with the
+block pool as the cache (blocks.py: rows of the same chunk length share one pass, each row at
+its own position), then draws a token for every request whose text is now fully computed, with
+that request's own knobs and random generator, and lets finished requests go. Each request's
+tokens and log-probabilities are those of `generate(model, [prompt], seed=..., **knobs)` run
+alone (tests/test_serving.py): the same logits (up to rounding, float64), the same draws.
+A request is refused when its prompt and new tokens could pass the context (the engine does
+not slide the window) or the pool.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..generate import ends_row
+from ..inputs import check_prompts
+from ..knobs import generation_config, random_generator
+from ..logprobs import score
+from ..sampling import choose, filtered_probs
+from ..stopping import start_text
+from .blocks import BlockPool, PagedBatch, blocks_for
+from .prefix_cache import PrefixCache
+from .scheduler import Request, schedule
+
+
+class Output(NamedTuple):
+    """What a request produced in a step: its new token, ln p of it under the distribution it
+    was drawn from (when asked, else None), and whether it is finished and why ("stop": a stop
+    token or string, "length": max_new_tokens, "abort")."""
+
+    request_id: int
+    token: int | None
+    logprob: float | None
+    finished: bool
+    reason: str | None = None
+
+
+@dataclass
+class Stats:
+    """Counts since the engine was made, and the pool now."""
+
+    steps: int = 0
+    prompt_tokens_computed: int = 0  # prompt positions computed (again after a preemption)
+    prompt_tokens_reused: int = 0  # prompt positions found in the prefix cache
+    decode_tokens: int = 0  # tokens drawn
+    preemptions: int = 0
+    blocks_in_use: int = 0  # held by a request
+    blocks_free: int = 0  # on the free list
+    blocks_cached: int = 0  # held by nobody, kept for their prefix until evicted
+
+
+class Engine:
+    """Requests in, tokens out, a step at a time (continuous batching over a paged KV cache)."""
+
+    def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
+                 max_batch_tokens: int = 512, prefix_caching: bool = True):
+        cfg = model.config
+        for name, value in (("block_size", block_size), ("max_batch_tokens", max_batch_tokens),
+                            ("num_blocks", 1 if num_blocks is None else num_blocks)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+        if num_blocks is None:  # room for 16,384 positions, or one whole context if longer
+            num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
+        self.model = model
+        self.pool = BlockPool.empty(cfg.n_layers, num_blocks, cfg.n_kv_heads, block_size,
+                                    cfg.head_dim, model.dtype)
+        self.prefix = PrefixCache() if prefix_caching else None
+        self.max_batch_tokens = max_batch_tokens
+        self.running, self.waiting = [], deque()
+        self.requests = {}  # id -> Request, until it finishes
+        self.next_id = 0
+        self.counts = Stats()
+
+    # -- requests in and out -------------------------------------------------------------------
+
+    def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
+                    **knobs) -> int:
+        """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id."""
+        cfg = self.model.config
+        prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
+        if batch:
+            raise ValueError("prompt_ids: one prompt per request, not a batch")
+        config = generation_config(config, self.model, **knobs)
+        longest = len(prompts[0]) + config.max_new_tokens
+        if longest > cfg.context_length:
+            raise ValueError(f"prompt_ids: {len(prompts[0])} tokens and max_new_tokens "
+                             f"{config.max_new_tokens} pass the context of "
+                             f"{cfg.context_length}: the engine does not slide the window")
+        if blocks_for(longest, self.pool.block_size) > self.pool.num_blocks:
+            raise ValueError(f"prompt_ids: {longest} positions need more than the pool's "
+                             f"{self.pool.num_blocks} blocks of {self.pool.block_size}")
+        text = prompts[0].tolist()
+        request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
+                          logprobs)
+        if config.stop_strings:
+            request.stop_text = start_text(self.model.tokenizer, text)
+        self.requests[request.id] = request
+        self.waiting.append(request)
+        self.next_id += 1
+        return request.id
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request now; its blocks go back to the pool. An unknown or finished id is
+        ignored."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self.release(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def stats(self) -> Stats:
+        """The counts, and the pool's blocks as they are now."""
+        s, refs = self.counts, self.pool.refs
+        s.blocks_in_use = sum(1 for r in refs if r > 0)
+        s.blocks_free = len(self.pool.free)
+        s.blocks_cached = 0 if self.prefix is None else len(self.prefix.unused)
+        return s
+
+    # -- a step ------------------------------------------------------------------------------
+
+    def step(self) -> list[Output]:
+        """Run one step: the scheduled chunks through the model, a token for every request
+        whose text is computed; returns what each of those produced."""
+        work = schedule(self)
+        by_length = {}
+        for request, n in work:
+            by_length.setdefault(n, []).append(request)
+        outputs = []
+        for n, rows in by_length.items():
+            starts = np.array([r.computed for r in rows])
+            tokens = np.array([r.text[r.computed:r.computed + n] for r in rows])  # (B, n)
+            batch = PagedBatch(self.pool, [r.table for r in rows], starts)
+            logits = self.model.forward(tokens, batch, last=1)[:, -1]  # (B, V)
+            for request, z in zip(rows, logits):
+                self._computed(request, n)
+                if request.computed == len(request.text):
+                    outputs.append(self._draw(request, z))
+        self.counts.steps += 1
+        return outputs
+
+    def _computed(self, request: Request, n: int) -> None:
+        """Count n more positions as computed; each block they filled joins the prefix cache."""
+        start, request.computed = request.computed, request.computed + n
+        self.counts.prompt_tokens_computed += max(0, min(request.computed,
+                                                         request.prompt_length) - start)
+        if self.prefix is None:
+            return
+        bs = self.pool.block_size
+        for b in range(len(request.block_keys), request.computed // bs):
+            previous = request.block_keys[-1] if request.block_keys else None
+            request.block_keys.append(self.prefix.store(request.table[b], previous,
+                                                        request.text[b * bs:(b + 1) * bs]))
+
+    def _draw(self, request: Request, logits) -> Output:
+        """The request's next token from the logits of its last position, as generate draws
+        it: the knobs over the text so far, the request's own generator."""
+        knobs = request.config.sampling
+        probs = filtered_probs(logits[None], knobs, np.array([request.text]))  # (1, V)
+        token = int(choose(probs, knobs, request.rng)[0])
+        logprob = score(probs, logits[None], [token])[0].logprob if request.logprobs else None
+        request.text.append(token)
+        request.new_tokens += 1
+        self.counts.decode_tokens += 1
+        config = request.config
+        reason = None
+        if config.stop_tokens or request.stop_text is not None:
+            texts = None if request.stop_text is None else [request.stop_text]
+            if ends_row([token], [0], config, texts)[0]:
+                reason = "stop"
+        if reason is None and request.new_tokens == config.max_new_tokens:
+            reason = "length"
+        if reason is not None:
+            self.running.remove(request)
+            del self.requests[request.id]
+            self.release(request)
+        return Output(request.id, token, logprob, reason is not None, reason)
+
+    # -- blocks ------------------------------------------------------------------------------
+
+    def blocks_available(self) -> int:
+        """Blocks that can be handed out: free, or cached and held by nobody."""
+        return len(self.pool.free) + (0 if self.prefix is None else len(self.prefix.unused))
+
+    def new_block(self) -> int:
+        """A block for new positions: a free one, else the least recently used cached one."""
+        if not self.pool.free:
+            self.pool.free.append(self.prefix.evict())
+        return self.pool.allocate()
+
+    def reuse_prefix(self, request: Request) -> None:
+        """Point a joining request's table at the cached blocks its text starts with."""
+        if self.prefix is None or request.table:
+            return
+        bs = self.pool.block_size
+        for block in self.prefix.lookup(request.text, bs):
+            if self.pool.refs[block] == 0:
+                del self.prefix.unused[block]
+            self.pool.hold(block)
+            request.table.append(block)
+            request.block_keys.append(self.prefix.keys[block])
+        request.computed = len(request.table) * bs
+
+    def release(self, request: Request) -> None:
+        """Give back every block of the request: a block nobody holds any more is free, or
+        stays cached for its prefix; the request will compute its text from the start."""
+        for block in request.table:
+            if self.pool.release(block):
+                if self.prefix is not None and block in self.prefix.keys:
+                    self.prefix.unused[block] = True  # the most recently used end
+                else:
+                    self.pool.free.append(block)
+        request.table, request.block_keys, request.computed = [], [], 0

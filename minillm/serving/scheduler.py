@@ -1,0 +1,110 @@
+"""Continuous batching: which requests compute how many tokens in the next step.
+
+A request has a text (its prompt, then the tokens drawn so far) and `computed`, how many of its
+positions have keys and values in its blocks; it still has to compute text[computed:]. A
+request decoding has exactly one token left (the last one drawn); a request reading its prompt
+has more. Each step, within `max_batch_tokens`:
+
+    1. every running request that is decoding computes its one token;
+    2. running requests still reading their prompt take the next chunk of it (chunked prefill);
+    3. waiting requests join, oldest first, each with a first chunk, while the budget and the
+       free blocks last (a joining request first reuses the cached blocks its text starts with).
+
+A request's chunk needs blocks for its new positions. When the pool has none left (no free
+block, no cached block nobody holds), the newest running request is preempted: its blocks are
+released and it waits again at the head of the queue, to compute its whole text anew when it
+rejoins (its full blocks may still be cached by then). Requests leave the running set as soon
+as they finish. Invariants, after every step: a block is held by exactly `refs[b]` tables; the
+blocks held, free and cached-unheld add up to the pool; a waiting request holds no block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .blocks import blocks_for
+
+
+@dataclass(eq=False)
+class Request:
+    """One request: its text so far and where its keys and values are."""
+
+    id: int
+    text: list  # prompt + tokens drawn so far
+    prompt_length: int
+    config: object  # a GenerationConfig
+    rng: np.random.Generator
+    logprobs: bool = False
+    stop_text: object = None  # the new text decoded so far, when stop strings are watched
+    table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
+    block_keys: list = field(default_factory=list)  # prefix-cache key of each full block
+    computed: int = 0  # positions [0, computed) are in the blocks
+    new_tokens: int = 0
+
+    @property
+    def todo(self) -> int:
+        """Tokens still to compute: 1 when decoding, more while reading the prompt."""
+        return len(self.text) - self.computed
+
+
+def schedule(engine) -> list[tuple[Request, int]]:
+    """The next step's work: (request, how many of its tokens to compute), every block it needs
+    taken. Running requests go in the order they joined, which puts the decoding ones first
+    (a request joins with its prompt, and every request that joined before it has finished its
+    prompt, or joined in the same step and goes before it), so the newest request, the one
+    preempted when blocks run out, is never one already given work in this step. Waiting
+    requests join while the budget and the blocks allow."""
+    budget = engine.max_batch_tokens
+    work = []
+    for request in list(engine.running):  # oldest first: the decoding ones come first
+        if request not in engine.running or budget == 0:  # preempted, or no budget left
+            break
+        n = min(request.todo, budget)
+        if make_room(engine, request, n):  # else the request itself gave way
+            work.append((request, n))
+            budget -= n
+    while engine.waiting and budget > 0:
+        request = engine.waiting[0]
+        engine.reuse_prefix(request)
+        n = min(request.todo, budget)
+        if blocks_for(request.computed + n, engine.pool.block_size) - len(request.table) \
+                > engine.blocks_available():
+            engine.release(request)  # no room: it waits, holding nothing
+            break
+        engine.waiting.popleft()
+        engine.running.append(request)
+        engine.counts.prompt_tokens_reused += min(request.computed, request.prompt_length)
+        take_blocks(engine, request, n)
+        work.append((request, n))
+        budget -= n
+    return work
+
+
+def make_room(engine, request: Request, n: int) -> bool:
+    """Take the blocks `request` needs for n more positions, preempting the newest running
+    requests while the pool is short; False if `request` itself had to give way."""
+    need = blocks_for(request.computed + n, engine.pool.block_size) - len(request.table)
+    while need > engine.blocks_available():
+        newest = engine.running[-1]
+        preempt(engine, newest)
+        if newest is request:
+            return False
+    take_blocks(engine, request, n)
+    return True
+
+
+def take_blocks(engine, request: Request, n: int) -> None:
+    """Blocks for positions up to computed + n, from the free list or, when it is empty, by
+    evicting the least recently used cached block nobody holds."""
+    while len(request.table) < blocks_for(request.computed + n, engine.pool.block_size):
+        request.table.append(engine.new_block())
+
+
+def preempt(engine, request: Request) -> None:
+    """Give every block back; the request waits at the head of the queue and will compute its
+    whole text again."""
+    engine.running.remove(request)
+    engine.release(request)
+    engine.waiting.appendleft(request)
+    engine.counts.preemptions += 1
