@@ -22,8 +22,9 @@ __version__ = "0.1.0"
 # list; tests/test_reading_path.py holds each module to it): the whole algorithm in one file,
 # then the library's chapters and what they need. Everything else lives in the subpackages.
 READING_ORDER = ("tiny", "sampling", "layers", "kv_cache", "config", "inputs", "model", "knobs",
-                 "window", "stopping", "logprobs", "generate", "drafters", "speculative",
-                 "conversation", "quantize")
+                 "window", "stopping", "logprobs", "generate", "serving.blocks",
+                 "serving.prefix_cache", "serving.scheduler", "serving.engine", "drafters",
+                 "speculative", "conversation", "quantize")
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",

@@ -153,10 +153,10 @@ def test_preemption_and_a_small_pool_change_no_output(caching):
     assert engine.stats.blocks_in_use == 0
 
 
-def test_a_request_scheduled_first_in_a_step_may_be_preempted_in_it():
-    """Decoding requests are scheduled first; an older request still reading its prompt may
-    then need their blocks, and the newest of them gives way within the same step: its work
-    for the step is dropped, and it computes its text again later."""
+def test_a_long_prompt_and_a_short_one_in_a_tight_pool():
+    """The long prompt is read in chunks of the budget while the short one waits, then both
+    decode until the long one needs the short one's blocks: the short one is preempted,
+    computes its text again later, and neither output changes."""
     old_long, young_short = [3] * 30, [4, 5]
     engine = Engine(MODEL, block_size=2, num_blocks=blocks_for(30 + 4, 2), max_batch_tokens=4,
                     prefix_caching=False)

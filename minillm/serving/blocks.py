@@ -70,6 +70,12 @@ def blocks_for(n: int, block_size: int) -> int:
     return -(-n // block_size)
 
 
+def gather(blocks: np.ndarray) -> np.ndarray:
+    """A row's blocks (n, K, block_size, d) laid end to end: (K, n * block_size, d)."""
+    n, K, bs, d = blocks.shape
+    return blocks.transpose(1, 0, 2, 3).reshape(K, n * bs, d)
+
+
 @dataclass(eq=False)
 class PagedBatch:
     """What one forward pass of Model.forward sees as its cache: rows of requests, each
@@ -114,9 +120,3 @@ class PagedBatch:
     def advance(self, n: int) -> None:
         """Count the n positions just appended to every row as computed."""
         self.length = self.length + n
-
-
-def gather(blocks: np.ndarray) -> np.ndarray:
-    """A row's blocks (n, K, block_size, d) laid end to end: (K, n * block_size, d)."""
-    n, K, bs, d = blocks.shape
-    return blocks.transpose(1, 0, 2, 3).reshape(K, n * bs, d)
