@@ -171,10 +171,12 @@ def test_bad_input_is_one_line_and_exit_code_2(files, capsys, command, argv, mes
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max_new_tokens", "-1"], "max_new_tokens"), (["--stop_ids", "nope"], "--stop_ids"),
-    (["--stop_ids", "999"], "stop_tokens"), (["--stop", "x"], "stop_strings: this model has no"),
-    (["--stop", ""], "stop_strings: must be non-empty")])
+    (["--max_new_tokens", "-1"], "--max_new_tokens: must be"),
+    (["--stop_ids", "nope"], "--stop_ids"),
+    (["--stop_ids", "999"], "--stop_ids: ids must be in [0, 258)"),
+    (["--stop", "x"], "--stop: this model has no")])
 def test_bad_generate_only_flags(files, capsys, argv, message):
+    """The library's names of the knobs (stop_tokens, stop_strings) become their flags'."""
     code, out, err = run_cli(capsys, "generate", "--model_path", files["ids"], "--prompt_ids",
                              "1", *argv)
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and message in err
@@ -203,7 +205,10 @@ def test_the_installed_command_runs_in_a_fresh_process(files):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["generate", "--top_k", "abc"], "minillm generate: error: argument --top_k: invalid int"),
+    (["generate", "--top_k", "abc"], "minillm generate: error: argument --top_k: must be an "
+                                     "integer >= 0 (0 or None disables), got 'abc'"),
+    (["generate", "--top-k", "abc"], "minillm generate: error: argument --top_k: must be"),
+    (["chat"], "the following arguments are required: --model_path (see"),
     (["generate", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     (["next", "--top", "many"], "minillm next: error: argument --top"),
     (["no_such_command"], "minillm: error: argument COMMAND: invalid choice"),
@@ -335,7 +340,7 @@ def test_the_reference_flag_loads_the_reference_model(files, capsys, monkeypatch
     from minillm.files import npz as weights
 
     real_load, loaded = weights.load, []
-    monkeypatch.setattr(weights, "load", lambda path, fast=None: loaded.append(
+    monkeypatch.setattr(weights, "load", lambda path, fast=None, progress=None: loaded.append(
         real_load(path, fast)) or loaded[-1])
     monkeypatch.delenv("MINILLM_FAST", raising=False)
     argv = [str(a).format(out=tmp_path / "out.npz", **files) for a in argv]
@@ -378,18 +383,43 @@ def test_every_sampling_knob_is_a_flag(files, capsys):
     assert code == 0 and [int(t) for t in out.split()] == expected
 
 
-def test_a_long_read_shows_its_progress_and_wipes_it(capsys, monkeypatch):
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, as a user's stderr is."""
+
+    def isatty(self):
+        return True
+
+
+def test_a_long_read_shows_its_progress_and_wipes_it(monkeypatch):
     """minillm generate on a terminal: each chunk of a long prompt's read redraws one stderr
-    line, wiped at the end; a short read shows nothing."""
-    from minillm.cli.generate import show_reading
+    line, wiped at the end; a short read shows nothing; piped, nothing at all."""
+    from minillm.cli.generate import reading_progress
 
     monkeypatch.setattr("minillm.window.READ_CHUNK", 4)
+    terminal = Terminal()
+    show = reading_progress(terminal)
     for done in (4, 8, 10):
-        show_reading(done, 10)
-    show_reading(3, 3)
-    err = capsys.readouterr().err
+        show(done, 10)
+    show(3, 3)
+    err = terminal.getvalue()
     assert err.startswith("\r[reading 4 / 10 tokens]\r[reading 8 / 10 tokens]\r")
     assert err.endswith("\r") and "10 / 10" not in err and "3 / 3" not in err
+    assert reading_progress(io.StringIO()) is None  # piped: no progress at all
+
+
+def test_generate_shows_a_long_prompts_read_on_a_terminal_only(files, capsys, monkeypatch):
+    monkeypatch.setattr("minillm.window.READ_CHUNK", 4)
+    argv = ["generate", "--model_path", files["ids"], "--prompt_ids",
+            ",".join(map(str, range(1, 13))), "--max_new_tokens", "2", "--greedy"]
+    code, out, err = run_cli(capsys, *argv)  # piped (captured): the summary alone
+    assert code == 0 and "\r" not in err and len(err.splitlines()) == 1
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(argv) == 0
+    assert capsys.readouterr().out == out
+    shown = terminal.getvalue()
+    assert "\r[reading 4 / 12 tokens]\r[reading 8 / 12 tokens]\r" in shown
+    assert shown.splitlines()[-1].startswith("[prompt 12 tokens read in ")
 
 
 def test_the_stream_reports_the_prompt_and_slide_reads(monkeypatch):
@@ -408,3 +438,57 @@ def test_the_stream_reports_the_prompt_and_slide_reads(monkeypatch):
     # the prompt, 7 tokens in chunks of 3; the first new token fills the window (8), the
     # second makes it slide: its kept half, 4 tokens, is read again
     assert calls == [(3, 7), (6, 7), (7, 7), (3, 4), (4, 4)]
+
+
+def test_loading_a_large_model_shows_its_progress_on_a_terminal_only(files, capsys,
+                                                                     monkeypatch):
+    """minillm.files.npz.load(progress=...) reports every array read; a command shows it on a
+    terminal's stderr for a large file (LARGE_MODEL, set to 0 here), then wipes it."""
+    import minillm.cli.common as common
+
+    calls = []
+    minillm.files.npz.load(files["ids"], progress=lambda done, total: calls.append((done,
+                                                                                   total)))
+    with np.load(files["ids"]) as archive:
+        n = len(archive.files)
+    assert calls == [(i, n) for i in range(1, n + 1)]
+    monkeypatch.setattr(common, "LARGE_MODEL", 0)
+    argv = ["inspect", files["ids"]]
+    code, out, err = run_cli(capsys, *argv)  # piped: nothing
+    assert code == 0 and err == ""
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(argv) == 0 and capsys.readouterr().out == out
+    shown = terminal.getvalue()
+    assert shown.startswith(f"\r[loading ids.npz 1 / {n} arrays]\r[loading ids.npz 2 / {n} ")
+    assert "\r[loading ids.npz: laying out the weights for the fast path]" in shown
+    assert shown.endswith("\r")
+    assert shown.replace("\r", "").replace(" ", "").count("[") == n  # no other line
+    monkeypatch.setattr(common, "LARGE_MODEL", 1 << 40)  # a small file: nothing
+    terminal.seek(0)
+    terminal.truncate()
+    assert main(argv) == 0 and terminal.getvalue() == ""
+
+
+def test_a_progress_line_wipes_itself_before_another_line_is_written(monkeypatch):
+    import sys
+
+    from minillm.cli.common import ProgressLine
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with ProgressLine() as line:
+        line.count("joining m.gguf", 2_000_000, 5_000_000, "bytes")
+        print("downloading the next part", file=sys.stderr)
+        line.count("converting m.gguf", 3, 9, "tensors")
+    assert sys.stderr is terminal
+    assert terminal.getvalue() == ("\r[joining m.gguf 2.0 / 5.0 MB]"
+                                   "\r                             \r"
+                                   "downloading the next part\n"
+                                   "\r[converting m.gguf 3 / 9 tensors]"
+                                   "\r                                 \r")
+    piped = io.StringIO()
+    with ProgressLine(piped) as line:
+        line.count("joining m.gguf", 1, 5, "bytes")
+        line.show("[loading]")
+    assert piped.getvalue() == "" and not line.live

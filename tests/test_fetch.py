@@ -4,9 +4,11 @@ The package index is replaced by a folder of wheels the test writes (`pip_downlo
 minillm/files/registry.py patched), and the conversion by a recorder: what is tested is the
 joining and the checks."""
 import hashlib
+import io
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from minillm.cli import fetch
@@ -28,7 +30,7 @@ def index(monkeypatch, tmp_path):
     """A fake package index: pip_download writes the wheel of a spec; every call recorded."""
     calls = []
 
-    def pip_download(spec, folder):
+    def pip_download(spec, folder, show=False):
         calls.append(spec)
         package = spec.split("==")[0]
         wheel = Path(folder) / f"{package.replace('-', '_')}-1.0-py3-none-any.whl"
@@ -43,8 +45,8 @@ def index(monkeypatch, tmp_path):
     converted = []
     monkeypatch.setattr(registry, "pip_download", pip_download)
     monkeypatch.setattr(registry, "convert_gguf",
-                        lambda gguf, out, int8: (converted.append(gguf.read_bytes()),
-                                                 out.write_bytes(b"npz")))
+                        lambda gguf, out, int8, progress=None: (
+                            converted.append(gguf.read_bytes()), out.write_bytes(b"npz")))
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
     return calls, converted
 
@@ -88,3 +90,83 @@ def test_the_known_models_name_their_files():
     assert [member.rsplit(".", 1)[1] for _, member in gemma.parts] == [
         "part00", "part01", "part02", "part03"]
     assert registry.MODELS["smollm2-135m-instruct"].filename == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, as a user's stderr is."""
+
+    def isatty(self):
+        return True
+
+
+def test_fetch_shows_its_progress_on_a_terminal_and_is_quiet_when_piped(index, monkeypatch,
+                                                                       tmp_path, capsys):
+    """On a terminal: the joining and the checking of the GGUF file, redrawn on one line,
+    which each line saying what is being done wipes first; piped: those lines alone."""
+    import sys
+
+    from minillm.cli import main
+
+    chunks = [b"GGUF" + bytes(1 << 20), b"x" * (600 << 10), b"the end"]  # read a MiB at a time
+    monkeypatch.setattr(sys.modules[__name__], "CHUNKS", chunks)  # what the index serves
+    monkeypatch.setitem(registry.MODELS, "test-model",
+                        fake_source(content=b"".join(chunks), terms=False))
+    assert main(["fetch", "test-model", "--out", str(tmp_path / "piped.npz")]) == 0
+    piped = capsys.readouterr().err
+    assert "\r" not in piped and "[" not in piped
+    assert piped.count("downloading model-part") == 3
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    (tmp_path / "m.gguf").unlink()  # downloaded again
+    assert main(["fetch", "test-model", "--out", str(tmp_path / "live.npz")]) == 0
+    shown = terminal.getvalue()
+    total = len(b"".join(chunks))
+    for done in ((1 << 20), len(chunks[0]), len(chunks[0]) + len(chunks[1])):
+        assert f"\r[joining m.gguf {done / 1e6:.1f} / {total / 1e6:.1f} MB]" in shown
+    assert f"\r[checking m.gguf {(1 << 20) / 1e6:.1f} / {total / 1e6:.1f} MB]" in shown
+    assert "MB]downloading" not in shown and "MB]converting" not in shown
+    lines = shown.split("\n")  # each line written once the progress line is wiped
+    assert [line.rsplit("\r", 1)[-1] for line in lines if "downloading" in line] == [
+        f"downloading model-part{i}==1.0 with pip ({i + 1} of 3) ..." for i in range(3)]
+    assert lines[-1].endswith("\r") and lines[-1].rsplit("\r", 2)[-2].strip() == ""  # wiped
+
+
+def test_pip_shows_its_download_bar_only_when_asked(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    runs = []
+
+    def run(command, **kwargs):
+        runs.append((command, kwargs))
+        (tmp_path / f"w{len(runs)}-1.0-py3-none-any.whl").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(registry.subprocess, "run", run)
+    registry.pip_download("model-part0==1.0", tmp_path)
+    registry.pip_download("model-part0==1.0", tmp_path, show=True)
+    (quiet, quiet_kwargs), (shown, shown_kwargs) = runs
+    assert "--quiet" in quiet and "--progress-bar" not in quiet
+    assert quiet_kwargs["stdout"] is subprocess.PIPE
+    assert "--quiet" not in shown and shown[shown.index("--progress-bar") + 1] == "on"
+    assert shown_kwargs["stdout"] is sys.stderr and shown_kwargs["stderr"] is subprocess.PIPE
+    assert quiet[-1] == shown[-1] == "model-part0==1.0"
+
+
+def test_the_conversion_reports_every_tensor(tmp_path):
+    import minillm
+    from minillm.files.gguf import read_gguf
+    from tests.gguf_files import model_gguf_bytes
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=32,
+                              n_layers=2, n_heads=2)
+    model = minillm.random_model(cfg, seed=1)
+    (tmp_path / "m.gguf").write_bytes(model_gguf_bytes(model))
+    calls = []
+    registry.convert_gguf(tmp_path / "m.gguf", tmp_path / "m.npz", False,
+                          lambda *call: calls.append(call))
+    n = len(read_gguf(tmp_path / "m.gguf").tensors)
+    assert calls == [("converting", i, n) for i in range(1, n + 1)] and n > 10
+    converted = minillm.load(tmp_path / "m.npz")
+    for name, value in model.params.items():
+        np.testing.assert_array_equal(converted.params[name], value)

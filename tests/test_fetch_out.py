@@ -26,11 +26,11 @@ def world(tmp_path, monkeypatch):
         sha256=hashlib.sha256(GGUF).hexdigest(), size=len(GGUF), about=real.about))
     downloads = []
 
-    def download(source, gguf):
+    def download(source, gguf, progress=None):
         downloads.append(gguf)
         gguf.write_bytes(GGUF)
 
-    def convert_gguf(gguf, out, int8):
+    def convert_gguf(gguf, out, int8, progress=None):
         assert gguf.read_bytes() == GGUF
         out.write_text(f"from {gguf}")
 

@@ -15,7 +15,7 @@ import warnings
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
 from . import desk
-from .common import UsageError, blas_threads
+from .common import SPELLINGS, Parser, UsageError, blas_threads, given_flags
 
 COMMANDS = {
     "inspect": inspect,
@@ -31,17 +31,9 @@ COMMANDS = {
 }
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose own errors (an unknown flag, a value of the wrong type) are one
-    line and exit code 2, like every other error of the command, instead of the usage text."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="minillm", description="LLM inference in NumPy.")
-    common = argparse.ArgumentParser(add_help=False)
+    parser = Parser(prog="minillm", description="LLM inference in NumPy.", epilog=SPELLINGS)
+    common = Parser(add_help=False)
     common.add_argument("--threads", type=int, default=1, metavar="N",
                         help="BLAS threads for NumPy (default 1: small matrices gain nothing "
                              "from more, and threads stall when another process is busy)")
@@ -52,18 +44,27 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()
         command = sub.add_parser(name, help=doc.splitlines()[0] if doc else None,
-                                 description=doc, parents=[common],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=doc, parents=[common], epilog=SPELLINGS,
+                                 usage=getattr(module, "USAGE", None))
         module.add_arguments(command)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    command = parser._subparsers._group_actions[0].choices[args.command]
-    if unknown:  # argparse blames the top command; the flags belong to the subcommand's help
+    commands = parser._subparsers._group_actions[0].choices
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in commands:
+        args = parser.parse_args(argv)  # --help, a missing or unknown command: argparse's word
+        argv = argv[argv.index(args.command):]
+    # The command's own parser reads its words: flags anywhere, arguments in order around
+    # them (intermixed), so that `export --model_path M OUT --to hf` finds OUT.
+    command, words = commands[argv[0]], argv[1:]
+    args, unknown = command.parse_known_intermixed_args(words)
+    args.command = argv[0]
+    if unknown:
         command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.given = given_flags(command, words)
     try:
         with blas_threads(args.threads), warnings_as_lines(args.command):
             return COMMANDS[args.command].run(args)
@@ -81,11 +82,17 @@ def main(argv=None) -> int:
         return 130
 
 
+# The library's names of the knobs whose flags are named otherwise.
+FLAG_OF = {"stop_strings": "--stop", "stop_tokens": "--stop_ids", "k": "--draft_k"}
+
+
 def as_flag(message: str, command) -> str:
-    """The library names a knob as `top_k: ...`; on the command line it is `--top_k`."""
+    """The library names a knob as `top_k: ...`; on the command line it is `--top_k` (and
+    `stop_strings: ...` is `--stop`'s: FLAG_OF)."""
     name = message.split(":", 1)[0]
     flags = {flag for action in command._actions for flag in action.option_strings}
-    return "--" + message if f"--{name}" in flags else message
+    flag = FLAG_OF.get(name, f"--{name}")
+    return flag + message[len(name):] if flag in flags else message
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ file (.safetensors, .pt, .pth, .bin) with --config.
 """
 from __future__ import annotations
 
+from .common import UsageError, check_folder_texts, read_text_file
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("src", help="a Hugging Face model folder, a .gguf file or a weights file")
@@ -31,8 +33,10 @@ def _naming(value):
     import json
 
     if value.endswith(".json"):
-        with open(value, encoding="utf-8") as f:
-            return json.load(f)
+        try:
+            return json.loads(read_text_file(value, "--naming"))
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--naming: {value} is not valid JSON ({e})") from None
     return value
 
 
@@ -41,7 +45,16 @@ def run(args) -> int:
     from ..files.npz import check_folder, save
 
     check_folder(args.out)
-    config = None if args.config is None else config_from_json_file(args.config)
+    config = None
+    if args.config is not None:
+        read_text_file(args.config, "--config")  # a missing file, a folder: named, in one line
+        try:
+            config = config_from_json_file(args.config)
+        except ValueError as e:
+            message = str(e)
+            raise UsageError("--config: " + (message if message.startswith(args.config)
+                                             else f"{args.config}: {message}")) from None
+    check_folder_texts(args.src, tokenizer=not args.no_tokenizer)
     model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
                     tokenizer=not args.no_tokenizer, int8=args.int8)
     save(model, args.out)

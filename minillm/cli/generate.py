@@ -31,8 +31,9 @@ import sys
 import time
 
 from ..knobs import KNOBS
-from .common import (UsageError, add_knob_arguments, add_prompt_arguments, add_stop_argument,
-                     knobs_of, load_model, prompt_ids, stop_tokens, text_writer)
+from .common import (ProgressLine, UsageError, add_knob_arguments, add_prompt_arguments,
+                     add_stop_argument, given, knobs_of, load_model, prompt_ids, stop_tokens,
+                     text_writer)
 
 
 def add_arguments(parser) -> None:
@@ -74,24 +75,64 @@ def add_arguments(parser) -> None:
 
 # -- the command ----------------------------------------------------------------------------
 
+def check_flags(args) -> None:
+    """Refuse, before any work, flags that contradict each other (one line naming both) and a
+    --plot that could not be drawn; the knobs are knobs_of's to check."""
+    def flag(dest, default):
+        return given(args, dest) or default
+
+    drafted = args.draft is not None or args.draft_model is not None
+    drafting = flag("draft_model", "--draft_model") if args.draft_model is not None else \
+        f"{flag('draft', '--draft')} {args.draft}"
+    if args.draft is not None and args.draft_model is not None:
+        raise UsageError(f"{flag('draft', '--draft')}: not with "
+                         f"{flag('draft_model', '--draft_model')}; give one drafter")
+    if args.draft_k is not None and not drafted:
+        raise UsageError(f"{flag('draft_k', '--draft_k')}: guesses need a drafter; give "
+                         "--draft_model PATH or --draft ngram")
+    if args.draft_k is not None and args.draft_k < 1:
+        raise UsageError(f"{flag('draft_k', '--draft_k')}: must be at least 1, got "
+                         f"{args.draft_k}")
+    if args.no_cache and drafted:
+        raise UsageError(f"{flag('no_cache', '--no_cache')}: not with {drafting}: "
+                         "speculative decoding always uses the KV cache")
+    explained = [flag(dest, "--" + dest) for dest in ("explain", "plot")
+                 if getattr(args, dest)]
+    if explained and args.logprobs:
+        raise UsageError(f"{explained[0]}: not with {flag('logprobs', '--logprobs')}; one "
+                         "prints the marked text, the other a table")
+    if explained and drafted:
+        raise UsageError(f"{explained[0]}: not with {drafting}: it marks plain decoding's "
+                         "tokens")
+    if args.plot is not None:
+        check_plot(args.plot, flag("plot", "--plot"))
+
+
+def check_plot(path, flag: str) -> None:
+    """--plot's picture can be drawn: matplotlib is there, and so is the file's folder."""
+    import os
+
+    from ..plumbing.optional import install_hint
+
+    try:
+        import matplotlib  # noqa: F401 (study/explain.py draws with it)
+    except ImportError:
+        raise UsageError(f"{flag} needs matplotlib: pip install matplotlib (or "
+                         f"{install_hint('bench')}, which brings it)") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag}: no folder {os.path.dirname(path)} to write {path} into")
+
+
 def drafter(args):
-    """(draft, k) for speculative decoding (a Model or "ngram"), or (None, None) without."""
+    """(draft, k) for speculative decoding (a Model or "ngram"), or (None, None) without
+    (the flags checked by check_flags)."""
     draft = args.draft
     if args.draft_model is not None:
-        if draft is not None:
-            raise UsageError("--draft: give either --draft_model PATH or --draft ngram, not both")
         draft = load_model(args.draft_model, "--draft_model", args.int8, args.reference)
     if draft is None:
-        if args.draft_k is not None:
-            raise UsageError("--draft_k: guesses need a drafter; give --draft_model PATH or "
-                             "--draft ngram")
         return None, None
-    if args.no_cache:
-        raise UsageError("--no_cache: speculative decoding always uses the KV cache")
-    k = KNOBS["k"].default if args.draft_k is None else args.draft_k
-    if k < 1:
-        raise UsageError(f"--draft_k: must be at least 1, got {k}")
-    return draft, k
+    return draft, KNOBS["k"].default if args.draft_k is None else args.draft_k
 
 
 def token_stream(model, prompt, args, stats=None):
@@ -106,22 +147,28 @@ def token_stream(model, prompt, args, stats=None):
                                   stop_strings=args.stop)
     return stream(model, prompt, use_cache=not args.no_cache, **knobs_of(args),
                   stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop,
-                  progress=show_reading if sys.stderr.isatty() else None)
+                  progress=reading_progress())
 
 
-def show_reading(done: int, total: int) -> None:
-    """The progress of a long read on stderr, redrawn in place and wiped when it is done;
-    a read of one chunk or less shows nothing."""
+def reading_progress(stream=None):
+    """progress(done, total) for stream(progress=...): a long read (the prompt, the window's
+    kept half after a slide) on one line of stderr, redrawn in place and wiped when it is
+    done; a read of one chunk or less shows nothing. None when stderr is not a terminal."""
     from ..window import READ_CHUNK
 
-    if total <= READ_CHUNK:
-        return
-    line = f"\r[reading {done:,} / {total:,} tokens]"
-    print(line if done < total else "\r" + " " * len(line) + "\r", end="", file=sys.stderr,
-          flush=True)
+    line = ProgressLine(stream)
+    if not line.live:
+        return None
+
+    def show(done: int, total: int) -> None:
+        if total > READ_CHUNK:
+            line.count("reading", done, total, "tokens")
+    return show
 
 
 def run(args) -> int:
+    check_flags(args)
+    knobs_of(args)  # a bad knob is refused before the model's load
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     prompt = prompt_ids(args, model)
     from ..speculative import SpeculativeStats
@@ -205,8 +252,6 @@ def print_explained(model, prompt, args) -> int:
     """--explain, --plot: the text with every new token marked (minillm/study/explain.py)."""
     from ..study.explain import legend, write_explained
 
-    if args.draft is not None or args.draft_model is not None or args.logprobs:
-        raise UsageError("--explain: not with --logprobs or speculative decoding")
     colour = sys.stdout.isatty()
     print(legend(colour), file=sys.stderr)
     write_explained(sys.stdout, model, prompt, colour, args.plot,

@@ -6,11 +6,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from .common import load_model, model_file
+from .common import add_model_positional, load_model, model_and_output, model_file
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model_path", help="a minillm .npz file, or the name of a fetched model")
+    add_model_positional(parser, "model_path", "a minillm .npz file, or the name of a fetched "
+                                               "model")
 
 
 def _part(name: str) -> str:
@@ -27,10 +28,11 @@ def _part(name: str) -> str:
 def run(args) -> int:
     from ..fast import FastModel
 
-    path = model_file(args.model_path, "model_path")
+    given, flag, _ = model_and_output(args, "model_path")
+    path = model_file(given, flag)
     model = load_model(path, reference=args.reference)
     cfg = model.config
-    print(f"{args.model_path}  ({os.path.getsize(path) / 2**20:.2f} MiB on disk)")
+    print(f"{given}  ({os.path.getsize(path) / 2**20:.2f} MiB on disk)")
     for key, value in cfg.to_dict().items():
         print(f"  {key:15s} {value}")
     counts, dtypes = defaultdict(int), defaultdict(int)

