@@ -71,9 +71,9 @@ def blocks_for(n: int, block_size: int) -> int:
 
 
 def gather(blocks: np.ndarray) -> np.ndarray:
-    """A row's blocks (n, K, block_size, d) laid end to end: (K, n * block_size, d)."""
-    n, K, bs, d = blocks.shape
-    return blocks.transpose(1, 0, 2, 3).reshape(K, n * bs, d)
+    """Each row's blocks (B, n, K, block_size, d) laid end to end: (B, K, n * block_size, d)."""
+    B, n, K, bs, d = blocks.shape
+    return blocks.transpose(0, 2, 1, 3, 4).reshape(B, K, n * bs, d)
 
 
 @dataclass(eq=False)
@@ -87,6 +87,7 @@ class PagedBatch:
     tables: list  # per row, its block ids
     length: np.ndarray  # (B,) positions computed per row: where its new tokens start
     pad: None = None  # rows are never padded: each has its own start instead
+    where: tuple | None = None  # blocks_of_new_positions, once per pass
 
     def check_fits(self, shape, dtype) -> None:
         n_layers, B, heads, head_dim = shape
@@ -100,23 +101,29 @@ class PagedBatch:
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new keys and values k, v (B, K, T, d) at positions [length_r, length_r +
         T) of each row's blocks, and return each row's keys and values gathered from its table,
-        (B, K, S, d) with S = max_r length_r + T; a row's positions past its own end are zeros,
-        which the mask hides (layers.positions_and_mask with a start per row)."""
-        B, K, T, d = k.shape
-        bs = self.pool.block_size
-        keys = np.zeros((B, K, int(self.length.max()) + T, d), k.dtype)
-        values = np.zeros_like(keys)
-        for r, table in enumerate(self.tables):
-            end = int(self.length[r]) + T
-            where = np.arange(end - T, end)  # the new positions of row r
-            blocks, offsets = np.asarray(table)[where // bs], where % bs
-            self.pool.k[layer, blocks, :, offsets] = k[r].swapaxes(0, 1)  # (T, K, d)
-            self.pool.v[layer, blocks, :, offsets] = v[r].swapaxes(0, 1)
-            held = table[:blocks_for(end, bs)]  # gather: (n, K, bs, d) -> (K, n bs, d)
-            keys[r, :, :end] = gather(self.pool.k[layer, held])[:, :end]
-            values[r, :, :end] = gather(self.pool.v[layer, held])[:, :end]
+        (B, K, S, d) with S = max_r length_r + T. A row's positions past its own end hold
+        whatever its table's padding points at, and the mask hides them (a start per row in
+        layers.positions_and_mask): their weights are exactly 0."""
+        T = k.shape[2]
+        if self.where is None:  # the same blocks for every layer: found once per pass
+            self.where = self.blocks_of_new_positions(T)
+        blocks, offsets, tables, end = self.where
+        self.pool.k[layer, blocks, :, offsets] = k.transpose(0, 2, 1, 3)  # (B, T, K, d)
+        self.pool.v[layer, blocks, :, offsets] = v.transpose(0, 2, 1, 3)
+        keys = gather(self.pool.k[layer, tables])[:, :, :end]  # (B, K, S, d)
+        values = gather(self.pool.v[layer, tables])[:, :, :end]
         return keys, values
+
+    def blocks_of_new_positions(self, T: int):
+        """(blocks, offsets) of the T new positions of every row, (B, T) each; the rows'
+        tables as one (B, n) array, each padded with its first block to the longest; S."""
+        bs, end = self.pool.block_size, int(self.length.max()) + T
+        n = blocks_for(end, bs)
+        tables = np.array([table[:n] + table[:1] * (n - len(table[:n]))
+                           for table in self.tables])  # (B, n)
+        new = self.length[:, None] + np.arange(T)  # (B, T) the new positions
+        return np.take_along_axis(tables, new // bs, axis=1), new % bs, tables, end
 
     def advance(self, n: int) -> None:
         """Count the n positions just appended to every row as computed."""
-        self.length = self.length + n
+        self.length, self.where = self.length + n, None
