@@ -109,6 +109,7 @@ def test_draw_is_sample_next_token_with_the_seed(server, model):
 PENALTY = st.one_of(st.none(), st.floats(-2.0, 2.0, allow_nan=False))
 
 
+@pytest.mark.slow
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frequency=PENALTY, presence=PENALTY,
        drawn=st.lists(st.sampled_from([269, 260, 11, 5, 1000]), max_size=12),
@@ -134,6 +135,7 @@ def test_next_and_draw_equal_the_library_for_drawn_penalties(server, model, freq
     assert drawn_token["id"] == int(want)
 
 
+@pytest.mark.slow
 def test_temperatures_repeat_with_the_seed_and_read_back_their_surprise(server, model):
     body = dict(prompt=PROMPT, seed=7, max_new_tokens=20, temperatures=[0.0, 0.6, 1.0, 1.6])
     first = post(server, "/api/temperatures", **body)

@@ -22,7 +22,8 @@ def model():
     return minillm.load(TARGET)
 
 
-@pytest.mark.parametrize("use_cache,new", [(True, 40), (True, 300), (False, 40)])
+@pytest.mark.parametrize("use_cache,new", [(True, 40), (True, 300),
+                                           pytest.param(False, 40, marks=pytest.mark.slow)])
 def test_surprise_is_generates_own_raw_logprob(model, use_cache, new):
     # 300 new tokens outgrow the 256-token window: the slide's re-read is a pass too.
     prompt = model.tokenizer.encode("In the beginning")

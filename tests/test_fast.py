@@ -155,6 +155,7 @@ def test_first_layers_of_a_fast_model_is_fast_and_equals_the_reference_cut(data)
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow  # quick run: test_fast_model_equals_reference_model
 @pytest.mark.parametrize("temperature", [0, 0.8])
 def test_text_is_the_same_with_the_fast_path_on_and_off(temperature):
     """The shipped model's text, greedy and sampled, through the window's slides (100 new

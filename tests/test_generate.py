@@ -1,4 +1,5 @@
 """Generation: cached = uncached across window slides, batches = one by one, stop tokens."""
+import contextlib
 import sys
 
 import numpy as np
@@ -12,6 +13,8 @@ from minillm.generate import generate, stream
 from minillm.logprobs import Rollout
 from minillm.testing import slide_views
 from minillm.testing.strategies import model_configs
+
+CUT = "longer than the model's context"  # the warning of a prompt read from its last W tokens
 
 
 def _model(cfg, seed=3):
@@ -65,7 +68,10 @@ def test_cached_and_uncached_generation_agree_across_window_slides(arch, data):
     for use_cache in (True, False):
         with pytest.MonkeyPatch.context() as m:
             logits[use_cache] = record_logits(m)
-            out = generate(model, prompts, max_new_tokens=n, seed=11, use_cache=use_cache, **knobs)
+            with (pytest.warns(UserWarning, match=CUT) if max(map(len, prompts)) > W
+                  else contextlib.nullcontext()):
+                out = generate(model, prompts, max_new_tokens=n, seed=11, use_cache=use_cache,
+                               **knobs)
         if use_cache:
             cached = out
     assert cached == out
@@ -94,8 +100,10 @@ def test_reading_in_chunks_changes_nothing_across_slides_and_ragged_batches(fast
         with pytest.MonkeyPatch.context() as m:
             m.setattr(sys.modules["minillm.window"], "READ_CHUNK", chunk)
             logits[use_cache] = record_logits(m)
-            out[use_cache] = generate(model, prompts, max_new_tokens=n, temperature=0.0,
-                                      use_cache=use_cache)
+            with (pytest.warns(UserWarning, match=CUT) if max(map(len, prompts)) > W
+                  else contextlib.nullcontext()):
+                out[use_cache] = generate(model, prompts, max_new_tokens=n, temperature=0.0,
+                                          use_cache=use_cache)
     assert out[True] == out[False]
     for a, b in zip(logits[True], logits[False], strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
@@ -109,8 +117,10 @@ def test_the_window_slide_follows_the_seed_policy(arch):
     for prompt in ([4], [1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(14))):
         expected = reference_greedy(model, prompt, 30)
         for use_cache in (True, False):
-            assert generate(model, prompt, max_new_tokens=30, temperature=0,
-                            use_cache=use_cache) == expected
+            with (pytest.warns(UserWarning, match=CUT) if len(prompt) > 9
+                  else contextlib.nullcontext()):
+                assert generate(model, prompt, max_new_tokens=30, temperature=0,
+                                use_cache=use_cache) == expected
 
 
 @pytest.mark.parametrize("arch", ["classic", "modern"])
@@ -125,8 +135,10 @@ def test_ragged_batch_rows_equal_the_prompts_generated_one_by_one(arch, data):
     knobs = dict(temperature=0, repetition_penalty=data.draw(st.sampled_from([None, 1.5])),
                  frequency_penalty=data.draw(st.sampled_from([None, 0.6])),
                  use_cache=data.draw(st.booleans()))
-    batch = generate(model, prompts, max_new_tokens=2 * W + 1, **knobs)
-    assert batch == [generate(model, p, max_new_tokens=2 * W + 1, **knobs) for p in prompts]
+    with (pytest.warns(UserWarning, match=CUT) if max(map(len, prompts)) > W
+          else contextlib.nullcontext()):
+        batch = generate(model, prompts, max_new_tokens=2 * W + 1, **knobs)
+        assert batch == [generate(model, p, max_new_tokens=2 * W + 1, **knobs) for p in prompts]
 
 
 def test_stop_tokens_end_a_row_and_only_that_row():
@@ -251,11 +263,13 @@ def test_logprobs_equal_a_fresh_forward_pass_over_the_same_view(arch, data):
                  repetition_penalty=data.draw(st.sampled_from([None, 1.3])),
                  presence_penalty=data.draw(st.sampled_from([None, 0.7])))
     n, use_cache = 2 * W + 1, data.draw(st.booleans())  # every row slides at least once
-    rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache,
-                        return_logprobs=True,
-                        prompt_logprobs=True, **knobs)
-    assert [r.tokens for r in rollouts] == generate(model, prompts, max_new_tokens=n, seed=7,
-                                                    **knobs)
+    with (pytest.warns(UserWarning, match=CUT) if max(map(len, prompts)) > W
+          else contextlib.nullcontext()):
+        rollouts = generate(model, prompts, max_new_tokens=n, seed=7, use_cache=use_cache,
+                            return_logprobs=True,
+                            prompt_logprobs=True, **knobs)
+        assert [r.tokens for r in rollouts] == generate(model, prompts, max_new_tokens=n,
+                                                        seed=7, **knobs)
     for prompt, rollout in zip(prompts, rollouts):
         new = rollout.new_tokens
         assert rollout.tokens == prompt + new and len(new) == n

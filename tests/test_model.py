@@ -72,6 +72,7 @@ def test_rollback_equals_the_uncached_text(data):
     assert_rollback_matches(model, *case, atol=ATOL)
 
 
+@pytest.mark.slow  # quick run: test_prefill_in_one_call_equals_token_by_token_equals_random_chunks
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_long_text_read_in_chunks_equals_one_pass(fast):
     """1,100 tokens in the loop's chunks (window.READ_CHUNK) and in uneven ones, against the

@@ -50,6 +50,7 @@ def test_loads_with_tokenizer_and_float32(shipped):
     assert sum(p.size for p in model.params.values()) == CHECKS[name]["parameters"]
 
 
+@pytest.mark.slow
 def test_held_out_loss_on_a_fixed_slice(shipped, valid_text):
     name, model = shipped
     record = CHECKS[name]

@@ -1,6 +1,8 @@
 """Speculative decoding is exact: the accept/resample rule reproduces the target's distribution
 for any draft, greedy speculative decoding is greedy decoding, and rollback leaves each cache as
 a fresh prefill of the accepted text would."""
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -116,11 +118,14 @@ def follows_the_target(draft, knobs, runs=3000, k=2):
     check_speculative_distribution(sample_fn, exact, runs=runs, seed=1234)
 
 
-@pytest.mark.parametrize("name", sorted(KNOBS))
+@pytest.mark.parametrize("name", [  # "filtered", all the filters at once, in the quick run
+    pytest.param(name, marks=() if name == "filtered" else pytest.mark.slow)
+    for name in sorted(KNOBS)])
 def test_output_follows_the_target_distribution_whatever_the_draft(name):
     follows_the_target(DRAFT, KNOBS[name])
 
 
+@pytest.mark.slow
 def test_ngram_drafter_keeps_the_target_distribution():
     follows_the_target("ngram", KNOBS["filtered"])
 
@@ -159,6 +164,7 @@ class GreedyDrafter:
     (ModelDrafter, dict(temperature=1.0, top_k=2)),
     (UnfilteredQDrafter, dict(temperature=1.0, top_k=2)),
     (GreedyDrafter, dict(temperature=1.0))], ids=["honest", "unfiltered_q", "greedy_guess"])
+@pytest.mark.slow
 def test_negative_controls_a_wrong_q_is_detected(drafter, knobs):
     """The same test with the correct drafter passes (here with top-k; without it in
     test_output_follows_the_target_distribution_whatever_the_draft), and with a q that is not
@@ -170,6 +176,7 @@ def test_negative_controls_a_wrong_q_is_detected(drafter, knobs):
             follows_the_target(drafter(FLAT_DRAFT, SamplingConfig(**knobs)), knobs)
 
 
+@pytest.mark.slow
 def test_negative_control_always_accepting_is_detected(monkeypatch):
     def always_accept(p, q, drafted, u, v):
         return len(drafted), draw(p[len(drafted)], v)
@@ -198,9 +205,11 @@ def test_greedy_speculative_equals_greedy_target(data):
     # The penalties' history must follow the slides too.
     penalties = data.draw(st.sampled_from([{}, dict(repetition_penalty=1.3),
                                            dict(frequency_penalty=0.9, presence_penalty=0.4)]))
-    expected = generate(target, prompt, max_new_tokens=new, temperature=0, **penalties)
-    out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
-                                      temperature=0, **penalties)
+    with (pytest.warns(UserWarning, match="longer than the model's context")
+          if len(prompt) > cfg.context_length else contextlib.nullcontext()):
+        expected = generate(target, prompt, max_new_tokens=new, temperature=0, **penalties)
+        out, stats = speculative_generate(target, draft, prompt, max_new_tokens=new, k=k,
+                                          temperature=0, **penalties)
     assert out == expected
     assert stats.new_tokens == new and stats.accepted <= stats.guesses
 

@@ -321,6 +321,7 @@ def test_exact_distribution_is_the_chain_rule_and_sums_to_one():
     assert exact[3, 0] == pytest.approx(p1[3] * p2[0], abs=1e-15)
 
 
+@pytest.mark.slow
 def test_speculative_checker_fails_resampling_from_p(monkeypatch):
     """The honest rule passes this check in tests/test_speculative.py (the same target, draft
     and knobs); resampling from p moves the distribution by a total variation of about 0.2."""

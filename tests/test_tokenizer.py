@@ -70,6 +70,7 @@ def test_split_covers_the_text(text):
     assert "".join(gpt2_split_pattern().findall(text)) == text
 
 
+@pytest.mark.slow
 def test_character_classes_are_exact_over_all_of_unicode():
     letters, numbers = unicode_letters_and_numbers()
     categories = [unicodedata.category(chr(code)) for code in range(0x110000)]
