@@ -20,10 +20,11 @@ from pathlib import Path
 
 from ..fast.blas import threads
 from ..files.registry import MODELS, fetched_path
+from ..shipped import TARGET
 from ..knobs import KNOBS
 from ..stopping import find_stop, undecided_length
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "weights" / "target.npz"
+DEFAULT_MODEL = TARGET  # shipped inside the package (minillm/shipped/)
 
 
 class UsageError(Exception):

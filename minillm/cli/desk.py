@@ -14,9 +14,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..shipped import DRAFT
 from .common import DEFAULT_MODEL, UsageError, add_model_argument, load_model
 
-DEFAULT_DRAFT = DEFAULT_MODEL.parent / "draft.npz"
+DEFAULT_DRAFT = DRAFT
 
 
 def add_arguments(parser) -> None:

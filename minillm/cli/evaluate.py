@@ -13,9 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..shipped import HELD_OUT
 from .common import UsageError, add_model_argument
 
-DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "weights" / "web_valid.txt"
+DEFAULT_TEXT = HELD_OUT  # shipped inside the package (minillm/shipped/)
 
 
 def add_arguments(parser) -> None:
