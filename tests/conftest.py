@@ -29,3 +29,13 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.is_relative_to(PEERS) or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The quick run, `-m "not slow"`, leaves tests/peers/ unread: none of its tests would run,
+    and importing them costs seconds (torch, transformers) and, where a peer is missing, a
+    skipped module in the summary."""
+    if " ".join(config.option.markexpr.split()) == "not slow" and \
+            collection_path.is_relative_to(PEERS):
+        return True
+    return None
