@@ -150,7 +150,7 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
         new, proposed, rows = speculative_round(target, cache, drafter, text, start, room,
                                                 config.sampling, rng)
         if scores is not None:
-            scores.extend(_scored(new, rows, text[start:], config.sampling))
+            scores.extend(score_round(new, rows, text[start:], config.sampling))
         _count(stats, len(new) - 1, proposed, drafter.calls)
         for t in new:
             text.append(t)
@@ -206,7 +206,7 @@ def _count(stats: SpeculativeStats, kept: int, proposed: int, draft_calls: int) 
     stats.draft_calls = draft_calls
 
 
-def _scored(new, logits, seen, knobs: SamplingConfig):
+def score_round(new, logits, seen, knobs: SamplingConfig):
     """The new tokens scored as generate scores them: under the target's distributions."""
     history = [seen + new[:i] for i in range(len(new))] if knobs.penalises else None
     return score(filtered_probs(logits, knobs, history), logits, new)

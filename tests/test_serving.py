@@ -169,6 +169,43 @@ def test_a_long_prompt_and_a_short_one_in_a_tight_pool():
     assert [o.token for o in outputs[second]] == alone(MODEL, young_short, 4, 1, {})[0]
 
 
+DRAFT = minillm.random_model(minillm.ModelConfig(
+    arch="modern", vocab_size=32, context_length=40, d_model=8, n_layers=1, n_heads=2,
+    n_kv_heads=1, d_ff=8), seed=4, dtype="float64", std=0.5)
+
+
+@SETTINGS
+@given(requests=st.lists(st.tuples(st.lists(st.integers(0, 31), min_size=1, max_size=12),
+                                   st.sampled_from([None, "ngram", "model"]),
+                                   st.integers(1, 4), st.integers(0, 3), KNOBS),
+                         min_size=1, max_size=4),
+       block_size=st.integers(1, 5), budget=st.integers(5, 16))
+def test_speculative_requests_equal_speculative_generate_alone(requests, block_size, budget):
+    """Requests decoding with a drafter (a draft model or prompt lookup) beside plain ones:
+    each speculating request's tokens and logprobs equal speculative_generate's alone (the same
+    guesses, the same draws), the plain ones generate's; every block comes back."""
+    engine = Engine(MODEL, block_size=block_size, max_batch_tokens=budget)
+    expected = {}
+    for prompt, draft, k, seed, knobs in requests:
+        drafter = DRAFT if draft == "model" else draft
+        rid = engine.add_request(prompt, max_new_tokens=10, seed=seed, logprobs=True,
+                                 draft=drafter, k=k, **knobs)
+        if draft is None:
+            expected[rid] = alone(MODEL, prompt, 10, seed, knobs)
+        else:
+            rollout, _ = minillm.speculative_generate(MODEL, drafter, prompt, k=k,
+                                                      max_new_tokens=10, seed=seed,
+                                                      return_logprobs=True, **knobs)
+            expected[rid] = rollout.new_tokens, rollout.logprobs
+    outputs = run(engine)
+    for rid, (tokens, logprobs) in expected.items():
+        assert [o.token for o in outputs[rid]] == tokens
+        np.testing.assert_allclose([o.logprob for o in outputs[rid]], logprobs, atol=1e-10)
+    assert engine.stats.blocks_in_use == 0
+    if any(draft for _, draft, _, _, _ in requests):
+        assert engine.stats.guesses >= engine.stats.accepted
+
+
 def test_bad_requests_are_refused_with_their_reason():
     engine = Engine(MODEL, block_size=4, num_blocks=3)
     with pytest.raises(ValueError, match="does not slide"):
@@ -181,6 +218,9 @@ def test_bad_requests_are_refused_with_their_reason():
         engine.add_request([99])
     with pytest.raises(ValueError, match="block_size"):
         Engine(MODEL, block_size=0)
+    with pytest.raises(ValueError, match=r"k: must be an integer in \[1, max_batch_tokens - 1"):
+        Engine(MODEL, max_batch_tokens=4).add_request([1, 2], max_new_tokens=5, draft="ngram",
+                                                      k=4)
 
 
 class EngineAgainstAlone(RuleBasedStateMachine):

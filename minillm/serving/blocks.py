@@ -85,7 +85,8 @@ class PagedBatch:
 
     pool: BlockPool
     tables: list  # per row, its block ids
-    length: np.ndarray  # (B,) positions computed per row: where its new tokens start
+    length: np.ndarray  # (B,) positions computed per row: where its new tokens start (one
+    # row may give a count instead: speculative.py's view of one request, which rolls back)
     pad: None = None  # rows are never padded: each has its own start instead
     where: tuple | None = None  # blocks_of_new_positions, once per pass
 
@@ -117,13 +118,19 @@ class PagedBatch:
     def blocks_of_new_positions(self, T: int):
         """(blocks, offsets) of the T new positions of every row, (B, T) each; the rows'
         tables as one (B, n) array, each padded with its first block to the longest; S."""
-        bs, end = self.pool.block_size, int(self.length.max()) + T
+        length = np.atleast_1d(self.length)
+        bs, end = self.pool.block_size, int(length.max()) + T
         n = blocks_for(end, bs)
         tables = np.array([table[:n] + table[:1] * (n - len(table[:n]))
                            for table in self.tables])  # (B, n)
-        new = self.length[:, None] + np.arange(T)  # (B, T) the new positions
+        new = length[:, None] + np.arange(T)  # (B, T) the new positions
         return np.take_along_axis(tables, new // bs, axis=1), new % bs, tables, end
 
     def advance(self, n: int) -> None:
         """Count the n positions just appended to every row as computed."""
         self.length, self.where = self.length + n, None
+
+    def truncate(self, n: int) -> None:
+        """Forget every position from n on (one row: speculative decoding's rollback); the
+        blocks past it are the engine's to give back."""
+        self.length, self.where = int(n), None

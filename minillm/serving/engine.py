@@ -25,13 +25,14 @@ import numpy as np
 
 from ..generate import ends_row
 from ..inputs import check_prompts
-from ..knobs import generation_config, random_generator
+from ..knobs import default, generation_config, random_generator
 from ..logprobs import score
 from ..sampling import choose, filtered_probs
+from ..speculative import make_drafter, score_round, speculative_round
 from ..stopping import start_text
 from .blocks import BlockPool, PagedBatch, blocks_for
 from .prefix_cache import PrefixCache
-from .scheduler import Request, schedule
+from .scheduler import Request, release, schedule
 
 
 class Output(NamedTuple):
@@ -55,6 +56,8 @@ class Stats:
     prompt_tokens_reused: int = 0  # prompt positions found in the prefix cache
     decode_tokens: int = 0  # tokens drawn
     preemptions: int = 0
+    guesses: int = 0  # speculative decoding: guesses proposed
+    accepted: int = 0  # and kept
     blocks_in_use: int = 0  # held by a request
     blocks_free: int = 0  # on the free list
     blocks_cached: int = 0  # held by nobody, kept for their prefix until evicted
@@ -85,8 +88,11 @@ class Engine:
     # -- requests in and out -------------------------------------------------------------------
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
+                    draft=None, k: int = default("k"), ngram: int = default("ngram"),
                     **knobs) -> int:
-        """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id."""
+        """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id.
+        draft: decode with speculative decoding, guesses from a draft model or "ngram", k a
+        round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens)."""
         cfg = self.model.config
         prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
         if batch:
@@ -103,6 +109,13 @@ class Engine:
         text = prompts[0].tolist()
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
                           logprobs)
+        if draft is not None:
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < self.max_batch_tokens:
+                raise ValueError(f"k: must be an integer in [1, max_batch_tokens - 1 = "
+                                 f"{self.max_batch_tokens - 1}], got {k!r}")
+            request.drafter = make_drafter(draft, cfg.vocab_size, config.sampling, ngram,
+                                           self.model.tokenizer)
+            request.k = k
         if config.stop_strings:
             request.stop_text = start_text(self.model.tokenizer, text)
         self.requests[request.id] = request
@@ -120,7 +133,7 @@ class Engine:
             self.running.remove(request)
         else:
             self.waiting.remove(request)
-        self.release(request)
+        release(self, request)
 
     def has_unfinished(self) -> bool:
         return bool(self.running or self.waiting)
@@ -141,9 +154,12 @@ class Engine:
         whose text is computed; returns what each of those produced."""
         work = schedule(self)
         by_length = {}
-        for request, n in work:
-            by_length.setdefault(n, []).append(request)
         outputs = []
+        for request, n in work:
+            if request.rounds(n):  # a round of its own: guesses, one pass, accept, roll back
+                outputs += self._speculate(request, n - request.todo)
+            else:
+                by_length.setdefault(n, []).append(request)
         for n, rows in by_length.items():
             starts = np.array([r.computed for r in rows])
             tokens = np.array([r.text[r.computed:r.computed + n] for r in rows])  # (B, n)
@@ -176,6 +192,34 @@ class Engine:
         probs = filtered_probs(logits[None], knobs, np.array([request.text]))  # (1, V)
         token = int(choose(probs, knobs, request.rng)[0])
         logprob = score(probs, logits[None], [token])[0].logprob if request.logprobs else None
+        return self._emit(request, token, logprob)
+
+    def _speculate(self, request: Request, room: int) -> list[Output]:
+        """One round of speculative decoding for the request, as speculative_generate runs it
+        alone (speculative.speculative_round over the request's blocks): the drafter's guesses,
+        one verifying pass, accept or resample, the rejected positions forgotten and the blocks
+        wholly past them given back. Its new tokens, each an Output, up to a stop."""
+        knobs, before = request.config.sampling, list(request.text)
+        view = PagedBatch(self.pool, [request.table], request.computed)
+        new, proposed, logits = speculative_round(self.model, view, request.drafter,
+                                                  request.text, 0, room, knobs, request.rng)
+        self.counts.guesses += proposed
+        self.counts.accepted += len(new) - 1
+        self._computed(request, view.length - request.computed)
+        while len(request.table) > blocks_for(request.computed, self.pool.block_size):
+            block = request.table.pop()  # past the kept text: only this request held it
+            self.pool.release(block)
+            self.pool.free.append(block)
+        scores = score_round(new, logits, before, knobs) if request.logprobs else None
+        outputs = []
+        for i, token in enumerate(new):
+            outputs.append(self._emit(request, token, scores and scores[i].logprob))
+            if outputs[-1].finished:
+                break
+        return outputs
+
+    def _emit(self, request: Request, token: int, logprob) -> Output:
+        """The request's text grows by `token`; it finishes on a stop or at max_new_tokens."""
         request.text.append(token)
         request.new_tokens += 1
         self.counts.decode_tokens += 1
@@ -190,41 +234,5 @@ class Engine:
         if reason is not None:
             self.running.remove(request)
             del self.requests[request.id]
-            self.release(request)
+            release(self, request)
         return Output(request.id, token, logprob, reason is not None, reason)
-
-    # -- blocks ------------------------------------------------------------------------------
-
-    def blocks_available(self) -> int:
-        """Blocks that can be handed out: free, or cached and held by nobody."""
-        return len(self.pool.free) + (0 if self.prefix is None else len(self.prefix.unused))
-
-    def new_block(self) -> int:
-        """A block for new positions: a free one, else the least recently used cached one."""
-        if not self.pool.free:
-            self.pool.free.append(self.prefix.evict())
-        return self.pool.allocate()
-
-    def reuse_prefix(self, request: Request) -> None:
-        """Point a joining request's table at the cached blocks its text starts with."""
-        if self.prefix is None or request.table:
-            return
-        bs = self.pool.block_size
-        for block in self.prefix.lookup(request.text, bs):
-            if self.pool.refs[block] == 0:
-                del self.prefix.unused[block]
-            self.pool.hold(block)
-            request.table.append(block)
-            request.block_keys.append(self.prefix.keys[block])
-        request.computed = len(request.table) * bs
-
-    def release(self, request: Request) -> None:
-        """Give back every block of the request: a block nobody holds any more is free, or
-        stays cached for its prefix; the request will compute its text from the start."""
-        for block in request.table:
-            if self.pool.release(block):
-                if self.prefix is not None and block in self.prefix.keys:
-                    self.prefix.unused[block] = True  # the most recently used end
-                else:
-                    self.pool.free.append(block)
-        request.table, request.block_keys, request.computed = [], [], 0

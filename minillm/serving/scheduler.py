@@ -37,6 +37,8 @@ class Request:
     rng: np.random.Generator
     logprobs: bool = False
     stop_text: object = None  # the new text decoded so far, when stop strings are watched
+    drafter: object = None  # speculative decoding: who guesses (speculative.make_drafter)
+    k: int = 0  # guesses per round
     table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
     block_keys: list = field(default_factory=list)  # prefix-cache key of each full block
     computed: int = 0  # positions [0, computed) are in the blocks
@@ -46,6 +48,22 @@ class Request:
     def todo(self) -> int:
         """Tokens still to compute: 1 when decoding, more while reading the prompt."""
         return len(self.text) - self.computed
+
+    def chunk(self, budget: int, context_length: int) -> int:
+        """How many positions this request computes in a step within `budget` (0: it waits).
+        Without a drafter, the next chunk of its text. With one, a round of speculative
+        decoding as speculative_generate runs it alone: the rest of its text and a round's
+        guesses, min(k, what the context and max_new_tokens leave), all or nothing; until the
+        budget holds that, chunks of its prompt that leave its last token to the round."""
+        if self.drafter is None:
+            return min(self.todo, budget)
+        room = min(self.k, context_length - len(self.text),
+                   self.config.max_new_tokens - self.new_tokens - 1)
+        return self.todo + room if self.todo + room <= budget else min(self.todo - 1, budget)
+
+    def rounds(self, n: int) -> bool:
+        """Whether computing n positions is a round of speculative decoding (chunk)."""
+        return self.drafter is not None and n >= self.todo
 
 
 def schedule(engine) -> list[tuple[Request, int]]:
@@ -57,20 +75,21 @@ def schedule(engine) -> list[tuple[Request, int]]:
     requests join while the budget and the blocks allow."""
     budget = engine.max_batch_tokens
     work = []
+    W = engine.model.config.context_length
     for request in list(engine.running):  # oldest first: the decoding ones come first
         if request not in engine.running or budget == 0:  # preempted, or no budget left
             break
-        n = min(request.todo, budget)
-        if make_room(engine, request, n):  # else the request itself gave way
+        n = request.chunk(budget, W)
+        if n and make_room(engine, request, n):  # else it waits, or gave way itself
             work.append((request, n))
             budget -= n
     while engine.waiting and budget > 0:
         request = engine.waiting[0]
-        engine.reuse_prefix(request)
-        n = min(request.todo, budget)
-        if blocks_for(request.computed + n, engine.pool.block_size) - len(request.table) \
-                > engine.blocks_available():
-            engine.release(request)  # no room: it waits, holding nothing
+        reuse_prefix(engine, request)
+        n = request.chunk(budget, W)
+        if n == 0 or blocks_for(request.computed + n, engine.pool.block_size) \
+                - len(request.table) > blocks_available(engine):
+            release(engine, request)  # no room: it waits, holding nothing
             break
         engine.waiting.popleft()
         engine.running.append(request)
@@ -85,7 +104,7 @@ def make_room(engine, request: Request, n: int) -> bool:
     """Take the blocks `request` needs for n more positions, preempting the newest running
     requests while the pool is short; False if `request` itself had to give way."""
     need = blocks_for(request.computed + n, engine.pool.block_size) - len(request.table)
-    while need > engine.blocks_available():
+    while need > blocks_available(engine):
         newest = engine.running[-1]
         preempt(engine, newest)
         if newest is request:
@@ -98,13 +117,50 @@ def take_blocks(engine, request: Request, n: int) -> None:
     """Blocks for positions up to computed + n, from the free list or, when it is empty, by
     evicting the least recently used cached block nobody holds."""
     while len(request.table) < blocks_for(request.computed + n, engine.pool.block_size):
-        request.table.append(engine.new_block())
+        request.table.append(new_block(engine))
 
 
 def preempt(engine, request: Request) -> None:
     """Give every block back; the request waits at the head of the queue and will compute its
     whole text again."""
     engine.running.remove(request)
-    engine.release(request)
+    release(engine, request)
     engine.waiting.appendleft(request)
     engine.counts.preemptions += 1
+
+
+# -- blocks: who holds which ---------------------------------------------------------------
+
+def blocks_available(engine) -> int:
+    """Blocks that can be handed out: free, or cached and held by nobody."""
+    return len(engine.pool.free) + (0 if engine.prefix is None else len(engine.prefix.unused))
+
+def new_block(engine) -> int:
+    """A block for new positions: a free one, else the least recently used cached one."""
+    if not engine.pool.free:
+        engine.pool.free.append(engine.prefix.evict())
+    return engine.pool.allocate()
+
+def reuse_prefix(engine, request: Request) -> None:
+    """Point a joining request's table at the cached blocks its text starts with."""
+    if engine.prefix is None or request.table:
+        return
+    bs = engine.pool.block_size
+    for block in engine.prefix.lookup(request.text, bs):
+        if engine.pool.refs[block] == 0:
+            del engine.prefix.unused[block]
+        engine.pool.hold(block)
+        request.table.append(block)
+        request.block_keys.append(engine.prefix.keys[block])
+    request.computed = len(request.table) * bs
+
+def release(engine, request: Request) -> None:
+    """Give back every block of the request: a block nobody holds any more is free, or
+    stays cached for its prefix; the request will compute its text from the start."""
+    for block in request.table:
+        if engine.pool.release(block):
+            if engine.prefix is not None and block in engine.prefix.keys:
+                engine.prefix.unused[block] = True  # the most recently used end
+            else:
+                engine.pool.free.append(block)
+    request.table, request.block_keys, request.computed = [], [], 0
