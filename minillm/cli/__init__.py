@@ -15,6 +15,7 @@ import warnings
 
 from . import chat, convert, evaluate, export, fetch, generate, inspect, next_token, quantize
 from . import desk
+from . import serve
 from .common import SPELLINGS, Parser, UsageError, blas_threads, given_flags
 
 COMMANDS = {
@@ -28,6 +29,7 @@ COMMANDS = {
     "fetch": fetch,
     "chat": chat,
     "desk": desk,
+    "serve": serve,
 }
 
 

@@ -1,0 +1,238 @@
+"""The bodies of /v1/completions and /v1/chat/completions, checked before any work.
+
+A body is a JSON object of OpenAI's fields and three of minillm's own knobs (top_k, min_p,
+repetition_penalty; and penalty_window). null stands for a field left out. A field the endpoint
+does not know, a missing one or a value of the wrong type is a 422; a value out of range, a
+prompt the context cannot hold or a feature not supported is a 400 (errors.py). The knobs'
+ranges are the library's own (minillm.knobs, the same message as everywhere); the bounds below
+are the server's, and bound the work one request can ask for.
+
+A request becomes a Plan: the prompts as token ids, and for each of its n choices per prompt the
+knobs of `Engine.add_request`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..knobs import generation_config
+from .errors import APIError, bad_shape, bad_value
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: the longest prompt of any context and its knobs
+MAX_TOKENS = 4096  # max_tokens per choice (and the prompt and they must fit the context)
+MAX_CHOICES = 16  # n, times the prompts of one completions request
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound of top_logprobs
+MAX_STOP = 4  # stop strings, as OpenAI
+MAX_STOP_CHARS = 256  # the longest stop string
+COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+
+KINDS = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+         "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+         "boolean": lambda v: isinstance(v, bool), "string": lambda v: isinstance(v, str),
+         "object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
+         "stop": lambda v: isinstance(v, (str, list)), "any": lambda v: True}
+KNOBS = {"temperature": "number", "top_p": "number", "frequency_penalty": "number",
+         "presence_penalty": "number", "top_k": "integer", "min_p": "number",
+         "repetition_penalty": "number", "penalty_window": "integer"}
+COMMON = {"model": "string", "max_tokens": "integer", "seed": "integer", "stop": "stop",
+          "n": "integer", "stream": "boolean", "stream_options": "object", "user": "string",
+          "logit_bias": "object", **KNOBS}
+COMPLETION = {**COMMON, "prompt": "any", "echo": "boolean", "logprobs": "integer",
+              "suffix": "string", "best_of": "integer"}
+CHAT = {**COMMON, "messages": "array", "logprobs": "boolean", "top_logprobs": "integer",
+        "max_completion_tokens": "integer", "tools": "array", "tool_choice": "any",
+        "response_format": "object", "parallel_tool_calls": "boolean", "store": "boolean",
+        "metadata": "object", "service_tier": "string"}
+# OpenAI's fields minillm does not do: taken only at the value that asks for nothing.
+UNSUPPORTED = {"logit_bias": lambda v: not v, "suffix": lambda v: not v,
+               "tools": lambda v: not v, "tool_choice": lambda v: v == "none",
+               "response_format": lambda v: v.get("type") == "text"}
+LIBRARY_NAMES = {"max_new_tokens": "max_tokens", "stop_strings": "stop"}
+
+
+@dataclass
+class Plan:
+    """A checked request: per prompt its ids and max_tokens; per choice the engine's knobs."""
+
+    prompts: list[list[int]]
+    max_tokens: list[int]
+    n: int
+    knobs: dict  # the sampling knobs and stop_strings, stop_tokens, as generate takes them
+    seed: int | None  # choice i of a prompt draws with seed + i; None: fresh entropy
+    logprobs: int | None  # None: no log-probabilities; else how many top entries per token
+    echo: bool = False
+    stream: bool = False
+    include_usage: bool = False
+
+    def choices(self):
+        """(prompt index, knobs of add_request) for every choice, in the order of `index`."""
+        for p, (prompt, max_tokens) in enumerate(zip(self.prompts, self.max_tokens)):
+            for i in range(self.n):
+                seed = None if self.seed is None else self.seed + i
+                yield p, dict(self.knobs, max_new_tokens=max_tokens, seed=seed)
+
+
+def completion_plan(body, model, names) -> Plan:
+    """The Plan of a /v1/completions body."""
+    body = fields(body, COMPLETION, ("model", "prompt"), names)
+    prompts = completion_prompts(body["prompt"], model)
+    top = body.get("logprobs")
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad_value("logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top}")
+    n = choices(body, len(prompts))
+    if body.get("best_of") not in (None, n):
+        raise bad_value("best_of", f"not supported (only best_of = n), got {body['best_of']}")
+    return plan(body, model, prompts, "prompt", COMPLETION_TOKENS, top, n,
+                model.tokenizer.eos_token_ids, echo=bool(body.get("echo")))
+
+
+def chat_plan(body, model, names, tokenizer) -> Plan:
+    """The Plan of a /v1/chat/completions body, the messages rendered with the chat template."""
+    from ..text.chat_template import chat_prompt_ids
+
+    body = fields(body, CHAT, ("model", "messages"), names)
+    messages = chat_messages(body["messages"])
+    if tokenizer.chat_template is None:
+        raise bad_value("messages", "this model has no chat template; give the server one "
+                                    "(minillm serve --template FILE), or use /v1/completions")
+    try:
+        prompt = chat_prompt_ids(tokenizer, messages)
+    except Exception as e:  # ValueError, or the template's own TemplateError
+        raise bad_value("messages", f"the chat template cannot render them: {e}") from None
+    if "max_tokens" not in body and "max_completion_tokens" in body:
+        body["max_tokens"] = body["max_completion_tokens"]
+    top = None
+    if body.get("logprobs"):
+        top = body.get("top_logprobs") or 0
+        if not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise bad_value("top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}], "
+                                            f"got {top}")
+    elif body.get("top_logprobs") is not None:
+        raise bad_value("top_logprobs", "needs logprobs: true")
+    return plan(body, model, [prompt], "messages", MAX_TOKENS, top, choices(body, 1),
+                tokenizer.eos_token_ids)  # with the template's end-of-turn tokens
+
+
+def fields(body, table: dict, required: tuple, names) -> dict:
+    """The body's fields that are not null, each known to `table` and of its kind; the
+    required ones present; the model one of `names`; OpenAI's unsupported fields at no-op."""
+    if not isinstance(body, dict):
+        raise bad_shape(None, f"the body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(table))
+    if unknown:
+        raise bad_shape(unknown[0], f"unknown field; the fields are {', '.join(sorted(table))}")
+    body = {name: value for name, value in body.items() if value is not None}
+    for name, value in body.items():
+        if not KINDS[table[name]](value):
+            raise bad_shape(name, f"must be {table[name]}, got {type(value).__name__}")
+    for name in required:
+        if name not in body:
+            raise bad_shape(name, "missing")
+    for name, does_nothing in UNSUPPORTED.items():
+        if name in body and not does_nothing(body[name]):
+            raise bad_value(name, "not supported by this server")
+    if body["model"] not in names:
+        raise APIError(404, f"model: no model {body['model']!r} here; this server serves "
+                            f"{', '.join(names)} (GET /v1/models)", "model", "model_not_found")
+    return body
+
+
+def choices(body: dict, prompts: int) -> int:
+    n = body.get("n", 1)
+    if not 1 <= n * prompts <= MAX_CHOICES:
+        raise bad_value("n", f"must be at least 1, and n times the prompts at most "
+                             f"{MAX_CHOICES}, got n = {n} for {prompts} prompt(s)")
+    return n
+
+
+def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=False) -> Plan:
+    """The knobs checked by the library, max_tokens against the context, the stream's options;
+    every choice ends at `end_tokens` (as OpenAI's servers end at the model's)."""
+    context = model.config.context_length
+    for prompt in prompts:
+        if len(prompt) >= context:
+            raise bad_value(param, f"{len(prompt)} tokens; this model's context is {context} "
+                                   "tokens, and at least one new token must fit",
+                            "context_length_exceeded")
+    asked = body.get("max_tokens")
+    if asked is not None and not 1 <= asked <= MAX_TOKENS:
+        raise bad_value("max_tokens", f"must be an integer in [1, {MAX_TOKENS}], got {asked}")
+    max_tokens = [min(default_tokens, context - len(p)) if asked is None else asked
+                  for p in prompts]
+    for prompt, tokens in zip(prompts, max_tokens):
+        if len(prompt) + tokens > context:
+            raise bad_value("max_tokens", f"{len(prompt)} prompt tokens and max_tokens "
+                                          f"{tokens} pass this model's context of {context}",
+                            "context_length_exceeded")
+    seed = body.get("seed")
+    if seed is not None and not 0 <= seed < 2 ** 63 - MAX_CHOICES:
+        raise bad_value("seed", f"must be an integer in [0, 2**63 - {MAX_CHOICES}), got {seed}")
+    options = body.get("stream_options")
+    if options is not None and (not body.get("stream") or set(options) - {"include_usage"}):
+        raise bad_value("stream_options", "only {\"include_usage\": bool}, with stream: true")
+    knobs = {name: body[name] for name in KNOBS if name in body}
+    knobs["stop_strings"] = stop_strings(body.get("stop"))
+    knobs["stop_tokens"] = tuple(end_tokens)
+    try:
+        generation_config(None, model, max_new_tokens=max(max_tokens), seed=seed, **knobs)
+    except ValueError as e:
+        name, _, rest = str(e).partition(":")
+        param = LIBRARY_NAMES.get(name, name)
+        raise bad_value(param, rest.strip()) from None
+    return Plan(prompts, max_tokens, n, knobs, seed, top, echo, bool(body.get("stream")),
+                bool((options or {}).get("include_usage")))
+
+
+def stop_strings(stop) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
+    if len(stops) > MAX_STOP or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS
+                                        for s in stops):
+        raise bad_value("stop", f"at most {MAX_STOP} non-empty strings of at most "
+                                f"{MAX_STOP_CHARS} characters")
+    return tuple(stops)
+
+
+def completion_prompts(prompt, model) -> list[list[int]]:
+    """A prompt as OpenAI takes it: a text, token ids, or a list of either."""
+    single = isinstance(prompt, str) or (isinstance(prompt, list) and prompt
+                                         and all(KINDS["integer"](t) for t in prompt))
+    prompts = [prompt] if single else prompt
+    if not isinstance(prompts, list) or not prompts:
+        raise bad_shape("prompt", "must be a string, a list of token ids, or a non-empty list "
+                                  "of either")
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            ids = list(model.tokenizer.encode(p, add_special_tokens=True))
+        elif isinstance(p, list) and all(KINDS["integer"](t) for t in p):
+            ids = p
+        else:
+            raise bad_shape("prompt", "must be a string, a list of token ids, or a non-empty "
+                                      "list of either")
+        vocab = model.config.vocab_size
+        if not ids or not all(0 <= t < vocab for t in ids):
+            raise bad_value("prompt", f"empty, or a token id outside [0, {vocab})")
+        out.append(ids)
+    return out
+
+
+def chat_messages(messages) -> list[dict]:
+    """[{"role", "content"}]: the content a string, or a list of text parts joined."""
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
+                or set(m) - {"role", "content", "name"}:
+            raise bad_shape("messages", "each message must be an object with a string role "
+                                        "and a content (and optionally a name)")
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text"
+                       and isinstance(p.get("text"), str) for p in content):
+                raise bad_value("messages", "only text parts ({\"type\": \"text\", \"text\": "
+                                            "...}) are supported")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise bad_shape("messages", "a message's content must be a string or text parts")
+        out.append({"role": m["role"], "content": content})
+    if not out:
+        raise bad_value("messages", "empty; give at least one message")
+    return out

@@ -1,0 +1,175 @@
+"""The engine's one loop: a thread that steps the Engine while it has work, and sleeps otherwise.
+
+The HTTP handlers never touch the engine. They hand a Ticket (one HTTP request: its choices,
+each an engine request) to the loop through a thread-safe queue, the inbox, and wake the loop;
+the loop adds the ticket's requests, steps the engine, and hands each Output back through the
+ticket's own `deliver` (the handler's queue). Between two steps the loop empties its inbox:
+new tickets, cancelled tickets (a client gone: its requests are aborted, their blocks freed)
+and calls (work on the model that must not run beside a step: the stats, a prompt's scores).
+So every request that arrives while others run joins the running batch at the next step.
+
+    loop = EngineLoop(Engine(model)); loop.start()
+    loop.submit(ticket)        # from any thread
+    loop.cancel(ticket)        # idem; a finished or unknown ticket is ignored
+    loop.call(fn, done)        # done(result, error) with fn's result, run between two steps
+    loop.stop()
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+
+class Event(NamedTuple):
+    """What a ticket receives: an Output of choice `choice` with its top log-probabilities
+    (None unless asked), or an error that ends the ticket."""
+
+    choice: int
+    output: object = None  # minillm.serving.Output
+    top: list | None = None
+    error: str | None = None
+    status: int = 500  # the error's: 400 a request the engine refused, 500 a fault
+
+
+@dataclass
+class Choice:
+    """One engine request of a ticket: the prompt, the knobs of add_request, and a Scorer when
+    the top log-probabilities are asked (scores.py)."""
+
+    prompt: list[int]
+    knobs: dict
+    logprobs: bool = False
+    scorer: object = None
+
+
+@dataclass
+class Ticket:
+    """An HTTP request's choices and `deliver(event)`, which must be safe from any thread."""
+
+    choices: list[Choice]
+    deliver: Callable[[Event], None]
+    ids: list[int] = field(default_factory=list)  # the engine's ids, set by the loop
+
+
+class EngineLoop:
+    def __init__(self, engine):
+        self.engine = engine
+        self.inbox = queue.SimpleQueue()
+        self.wakeup = threading.Condition()
+        self.owners = {}  # engine id -> (ticket, choice index), until it finishes
+        self.counts = {"requests": 0, "finished": 0, "aborted": 0, "errors": 0}
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run, name="minillm-engine", daemon=True)
+
+    # -- from any thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10) -> None:
+        self.send(("stop",))
+        self.thread.join(timeout)
+
+    def alive(self) -> bool:
+        return self.thread.is_alive() and not self.stopping
+
+    def submit(self, ticket: Ticket) -> None:
+        self.send(("submit", ticket))
+
+    def cancel(self, ticket: Ticket) -> None:
+        self.send(("cancel", ticket))
+
+    def call(self, fn, done) -> None:
+        self.send(("call", fn, done))
+
+    def send(self, message) -> None:
+        self.inbox.put(message)
+        with self.wakeup:
+            self.wakeup.notify()
+
+    # -- the loop's own thread -------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.stopping:
+            with self.wakeup:
+                self.wakeup.wait_for(lambda: not self.inbox.empty()
+                                     or self.engine.has_unfinished())
+            self.read_inbox()
+            if self.engine.has_unfinished() and not self.stopping:
+                self.step()
+        for ticket, _ in list(self.owners.values()):
+            self.fail(ticket, "the server is shutting down")
+
+    def read_inbox(self) -> None:
+        while not self.inbox.empty():
+            kind, *rest = self.inbox.get()
+            if kind == "submit":
+                self.add(rest[0])
+            elif kind == "cancel":
+                self.abort(rest[0], counted=True)
+            elif kind == "call":
+                fn, done = rest
+                try:
+                    result = fn()
+                except Exception as e:
+                    done(None, e)
+                else:
+                    done(result, None)
+            else:
+                self.stopping = True
+
+    def add(self, ticket: Ticket) -> None:
+        for i, choice in enumerate(ticket.choices):
+            try:
+                rid = self.engine.add_request(choice.prompt, logprobs=choice.logprobs,
+                                              **choice.knobs)
+            except Exception as e:  # the handler checked the request: rarely here
+                self.fail(ticket, str(e), i, status=400)
+                return
+            ticket.ids.append(rid)
+            self.owners[rid] = (ticket, i)
+            self.counts["requests"] += 1
+
+    def abort(self, ticket: Ticket, counted: bool = False) -> None:
+        for rid in ticket.ids:
+            if self.owners.pop(rid, None) is not None:
+                self.engine.abort(rid)
+                self.counts["aborted"] += counted
+
+    def fail(self, ticket: Ticket, message: str, choice: int = 0, status: int = 500) -> None:
+        self.abort(ticket)
+        self.counts["errors"] += 1
+        ticket.deliver(Event(choice, error=message, status=status))
+
+    def step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as e:  # a fault of the engine: its requests fail, the server goes on
+            for ticket in {id(t): t for t, _ in self.owners.values()}.values():
+                self.fail(ticket, f"the engine failed: {type(e).__name__}: {e}")
+            return
+        for out in outputs:
+            owner = self.owners.get(out.request_id)
+            if owner is None:
+                continue
+            ticket, i = owner
+            scorer = ticket.choices[i].scorer
+            try:
+                top = None if scorer is None or out.token is None else scorer.top(out.token)
+            except Exception as e:
+                self.fail(ticket, f"scoring failed: {type(e).__name__}: {e}")
+                continue
+            if out.finished:
+                del self.owners[out.request_id]
+                self.counts["finished"] += 1
+            ticket.deliver(Event(i, out, top))
+
+    def stats(self) -> dict:
+        """The engine's counts and the loop's (call it through `call`, between two steps)."""
+        from dataclasses import asdict
+
+        engine = self.engine
+        return {**asdict(engine.stats), "running": len(engine.running),
+                "waiting": len(engine.waiting), **self.counts}
