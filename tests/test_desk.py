@@ -1,10 +1,13 @@
 """The desk's server and endpoints: each widget's figures against the library computing the
 same thing by another road, and every kind of bad request answered with a 4xx while the server
 keeps serving."""
+import dataclasses
 import http.client
 import json
+import math
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minillm
-from minillm.desk import PASSAGE
-from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS
+from minillm.desk import PASSAGE, widgets
+from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS, MAX_WORK, checked
+from minillm.desk.packing import pack, packed_bytes, stored_bytes, unpack
 from minillm.desk.server import make_server, serve_in_thread
 from minillm.desk.rounds import rounds
-from minillm.desk.widgets import make_desk
-from minillm.study.explain import surprise
+from minillm.desk.widgets import make_desk, parameters
+from minillm.serving import Engine
+from minillm.study.explain import Watched, surprise
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 PROMPT = "In the beginning"
@@ -30,12 +35,33 @@ def model():
     return minillm.load(WEIGHTS / "target.npz")
 
 
+def serve(desk):
+    server = make_server(desk, 0)
+    serve_in_thread(server)
+    return server
+
+
 @pytest.fixture(scope="module")
 def server(model):
     desk = make_desk(model, "target.npz", minillm.load(WEIGHTS / "draft.npz"),
                      PASSAGE.read_text(encoding="utf-8"))
-    server = make_server(desk, 0)
-    serve_in_thread(server)
+    server = serve(desk)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+TIGHT = 600  # token positions of the shipped model a request of the tight desk may compute
+
+
+@pytest.fixture(scope="module")
+def tight(model):
+    """A desk whose bound on work is TIGHT positions of the shipped model: what the default
+    bound is to SmolLM2, a model a hundred times larger."""
+    desk = make_desk(model, "target.npz", minillm.load(WEIGHTS / "draft.npz"),
+                     PASSAGE.read_text(encoding="utf-8"))
+    desk.max_work = TIGHT * parameters(model)
+    server = serve(desk)
     yield server
     server.shutdown()
     server.server_close()
@@ -188,10 +214,13 @@ def test_cache_race_gives_identical_tokens_and_counts_its_passes(server, model):
     assert answer["formula"] == {"cached": P + n - 1, "uncached": sum(range(P, P + n))}
 
 
+WIDTHS = (32, 8, 6, 5, 4, 3, 2)
+
+
 def test_bits_squeeze_every_matrix(server, model):
     ids = ids_of(model)
     answers = {b: post(server, "/api/bits", prompt=PROMPT, bits=b, max_new_tokens=16)
-               for b in (32, 8, 2)}
+               for b in WIDTHS}
     greedy = minillm.generate(model, ids, max_new_tokens=16, temperature=0,
                               stop_tokens=[0])[len(ids):]
     assert [t["id"] for t in answers[32]["tokens"]] == greedy
@@ -199,8 +228,79 @@ def test_bits_squeeze_every_matrix(server, model):
     assert answers[32]["surprise"] == pytest.approx(surprise(model, passage), rel=1e-9)
     squeezed = minillm.quantize(model, skip=(), bits=2, embeddings=True)
     assert answers[2]["surprise"] == pytest.approx(surprise(squeezed, passage), rel=1e-9)
-    assert answers[2]["bytes"] == squeezed.nbytes
-    assert answers[8]["bytes"] < answers[32]["bytes"] == model.nbytes
+    assert answers[2]["resident"] == squeezed.nbytes  # held here: one byte per value
+    # Stored: each width's integers packed, ceil(rows * cols * b / 8) bytes a matrix, with its
+    # float32 scales; norms and the like at four bytes; the float model four bytes a parameter.
+    n = parameters(model)
+    assert answers[32]["bytes"] == 4 * n < model.nbytes  # no second copy of the tied layer
+    for b in WIDTHS[1:]:
+        squeezed = minillm.quantize(model, skip=(), bits=b, embeddings=True)
+        matrices = [w for w in squeezed.params.values() if hasattr(w, "q")]
+        values = sum(math.ceil(w.q.size * b / 8) for w in matrices)
+        scales = sum(4 * w.q.shape[0] for w in matrices)
+        floats = 4 * (n - sum(w.q.size for w in matrices))
+        assert answers[b]["stored"] == {"values": values, "scales": scales, "floats": floats,
+                                        "total": values + scales + floats}
+        assert answers[b]["bytes"] == values + scales + floats
+    sizes = [answers[b]["bytes"] for b in WIDTHS]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+
+
+@settings(max_examples=30)
+@given(bits=st.integers(2, 8), shape=st.tuples(st.integers(1, 9), st.integers(1, 40)),
+       seed=st.integers(0, 2**16))
+def test_packing_holds_every_value_in_b_bits(bits, shape, seed):
+    qmax = 2 ** (bits - 1) - 1
+    q = np.random.default_rng(seed).integers(-qmax, qmax + 1, size=shape).astype(np.int8)
+    data = pack(q, bits)
+    assert data.dtype == np.uint8 and data.size == math.ceil(q.size * bits / 8)
+    np.testing.assert_array_equal(unpack(data, bits, shape), q)
+    assert packed_bytes(q, bits) == data.size
+
+
+def test_packing_writes_the_low_bits_end_to_end(monkeypatch):
+    # -1 3 0 -2 at 3 bits: 111 011 000 110, then zeros to the byte's end.
+    assert pack(np.array([-1, 3, 0, -2], np.int8), 3).tolist() == [0b11101100, 0b01100000]
+    monkeypatch.setattr("minillm.desk.packing.CHUNK", 8)  # chunks meet on a byte boundary
+    q = np.arange(-7, 8, dtype=np.int8).repeat(3)  # 45 values
+    assert packed_bytes(q, 4) == pack(q, 4).size == 23
+
+
+def test_stored_bytes_of_the_squeezed_model(model):
+    squeezed = minillm.quantize(model, skip=(), bits=5, embeddings=True)
+    stored = stored_bytes(squeezed)
+    matrices = [w for w in squeezed.params.values() if hasattr(w, "q")]
+    assert stored["values"] == sum(pack(w.q, 5).size for w in matrices)
+    for w in matrices:  # the packed stream gives back the very integers the model multiplies
+        np.testing.assert_array_equal(unpack(pack(w.q, 5), 5, w.q.shape), w.q)
+
+
+class EndsAtOnce:
+    """The shipped model with its end-of-text token (0) made the favourite everywhere."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def forward(self, tokens, cache=None, **kwargs):
+        logits = self.model.forward(tokens, cache, **kwargs).copy()
+        logits[..., 0] += 100.0
+        return logits
+
+
+def test_shown_text_leaves_special_tokens_out(model):
+    desk = make_desk(EndsAtOnce(model), "ends", None, PASSAGE.read_text(encoding="utf-8"))
+    special = model.tokenizer.decode([0])
+    assert special == "<|endoftext|>"
+    for path, body in (("/api/bits", dict(prompt=PROMPT, bits=32)),
+                       ("/api/temperatures", dict(prompt=PROMPT))):
+        answer = widgets.ROUTES[path](desk, checked(path, body))
+        for shown in answer.get("columns", [answer]):
+            assert [t["id"] for t in shown["tokens"]] == [0]  # the end token was drawn
+            assert shown["tokens"][0]["text"] == special  # the token itself keeps its name
+            assert shown["text"] == ""  # the text shown leaves it out
 
 
 def test_rounds_read_from_proposals():
@@ -232,6 +332,231 @@ def test_speculative_rounds_add_up_to_the_text(server, model, drafter, temperatu
         want = minillm.generate(model, ids, max_new_tokens=40, temperature=0,
                                 stop_tokens=[0])[len(ids):]
         assert played == want
+
+
+# -- serving many requests --------------------------------------------------------------------
+
+def default_prompts(model):
+    from minillm.desk.fields import serving_prompts
+
+    return [ids_of(model, text) for text in serving_prompts()]
+
+
+def engine_steps(model, prompts, n=6, block_size=4, num_blocks=18, budget=16, prefix=True):
+    """Each step of the same requests run through minillm.serving.Engine directly: who runs and
+    who waits, each request's positions computed and block table, the outputs, the stats and
+    every block's count of holders; the first before any step."""
+    engine = Engine(model, block_size=block_size, num_blocks=num_blocks,
+                    max_batch_tokens=budget, prefix_caching=prefix)
+    requests = {}
+    for i, ids in enumerate(prompts):
+        rid = engine.add_request(ids, max_new_tokens=n, temperature=0.0, seed=i,
+                                 stop_tokens=[0])
+        requests[rid] = engine.requests[rid]
+
+    def shot(outputs):
+        return {"running": [r.id for r in engine.running],
+                "waiting": [r.id for r in engine.waiting],
+                "tables": {rid: (r.computed, list(r.table)) for rid, r in requests.items()},
+                "outputs": [(o.request_id, o.token, o.finished) for o in outputs],
+                "stats": dataclasses.asdict(engine.stats), "refs": list(engine.pool.refs)}
+
+    shots = [shot([])]
+    while engine.has_unfinished():
+        shots.append(shot(engine.step()))
+    return shots
+
+
+def as_shot(step):
+    """The desk's step in engine_steps' form."""
+    return {"running": step["running"], "waiting": step["waiting"],
+            "tables": {r["id"]: (r["computed"], r["table"]) for r in step["requests"]},
+            "outputs": [(o["request"], o["id"], o["finished"]) for o in step["outputs"]],
+            "stats": step["stats"], "refs": [b["refs"] for b in step["blocks"]]}
+
+
+def common_start(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_serving_steps_are_the_engines_own(server, model):
+    answer = post(server, "/api/serving")  # the defaults: four prompts, blocks of 4, 18 blocks
+    prompts = default_prompts(model)
+    want = engine_steps(model, prompts)
+    assert [as_shot(step) for step in answer["steps"]] == want
+    assert answer["stopped"] is None and [s["step"] for s in answer["steps"]] == list(
+        range(len(want)))
+    assert [r["prompt_tokens"] for r in answer["requests"]] == [len(p) for p in prompts]
+    # Each request's text is what generate writes for it alone (greedy).
+    last = answer["steps"][-1]["requests"]
+    for row, ids in zip(last, prompts):
+        alone = minillm.generate(model, ids, max_new_tokens=6, temperature=0,
+                                 stop_tokens=[0])[len(ids):]
+        assert row["state"] == "finished" and row["new"] == alone
+        assert row["text"] == model.tokenizer.decode(alone)
+    drawn = [(o["request"], o["text"]) for s in answer["steps"] for o in s["outputs"]]
+    assert drawn == [(o[0], model.tokenizer.decode([o[1]])) for s in want for o in s["outputs"]]
+
+
+def test_serving_shows_the_shared_prefix(server, model):
+    answer = post(server, "/api/serving")
+    prompts = default_prompts(model)
+    shared = min(common_start(prompts[0], p) for p in prompts[1:3]) // 4  # full blocks alike
+    assert shared >= 4 and common_start(prompts[0], prompts[3]) < 4  # not a block alike
+    seen = False
+    for step in answer["steps"]:
+        rows = {r["id"]: r for r in step["requests"]}
+        if all(rows[i]["state"] == "running" for i in range(3)):
+            first = rows[0]["table"][:shared]
+            assert all(rows[i]["table"][:shared] == first for i in (1, 2))
+            for b in first:  # the beginning's blocks: held by all three, cached by their key
+                block = step["blocks"][b]
+                assert block["owners"][:3] == [0, 1, 2] and block["refs"] >= 3
+                assert block["prefix"]
+            seen = True
+        for block in step["blocks"]:  # the fourth prompt shares nothing with the others
+            assert not (3 in block["owners"] and len(block["owners"]) > 1)
+    assert seen
+    final = answer["steps"][-1]["stats"]
+    assert final["prompt_tokens_reused"] >= 2 * 4 * shared
+    # Without prefix caching nothing is shared, nothing reused, and no output changes.
+    plain = post(server, "/api/serving", prefix_caching=False, num_blocks=64)
+    assert all(b["refs"] <= 1 and not b["prefix"] and b["state"] != "cached"
+               for step in plain["steps"] for b in step["blocks"])
+    assert plain["steps"][-1]["stats"]["prompt_tokens_reused"] == 0
+    assert [r["new"] for r in plain["steps"][-1]["requests"]] == [
+        r["new"] for r in answer["steps"][-1]["requests"]]
+    assert [as_shot(s) for s in plain["steps"]] == engine_steps(model, prompts, num_blocks=64,
+                                                                 prefix=False)
+
+
+def test_serving_shows_each_preemption(server, model):
+    answer = post(server, "/api/serving")  # 18 blocks are too few for all four at once
+    steps = answer["steps"]
+    assert steps[-1]["stats"]["preemptions"] > 0
+    for before, step in zip(steps, steps[1:]):
+        assert len(step["preempted"]) == (step["stats"]["preemptions"]
+                                          - before["stats"]["preemptions"])
+        for rid in step["preempted"]:
+            assert rid in before["running"]
+            row = next(r for r in step["requests"] if r["id"] == rid)
+            if row["state"] == "waiting":  # it gave every block back
+                assert row["table"] == [] and row["computed"] == 0
+
+
+def test_serving_blocks_add_up_at_every_step(server):
+    answer = post(server, "/api/serving", block_size=3, num_blocks=20, max_batch_tokens=7,
+                  max_new_tokens=9)
+    bs = answer["block_size"]
+    for step in answer["steps"]:
+        blocks = step["blocks"]
+        assert len(blocks) == answer["num_blocks"]
+        for b in blocks:
+            assert b["refs"] == len(b["owners"])
+            assert (b["state"] == "held") == (b["refs"] > 0)
+        stats = step["stats"]
+        assert [stats["blocks_in_use"], stats["blocks_free"], stats["blocks_cached"]] == [
+            sum(b["state"] == state for b in blocks) for state in ("held", "free", "cached")]
+        assert step["positions"] <= answer["max_batch_tokens"]
+        for row in step["requests"]:
+            if row["state"] == "running":
+                assert len(row["table"]) == -(-row["computed"] // bs)
+                assert all(row["id"] in blocks[b]["owners"] for b in row["table"])
+            else:
+                assert row["table"] == []
+    assert sum(s["positions"] for s in answer["steps"]) == answer["positions"]
+
+
+def test_serving_stops_at_the_work_bound(tight, model):
+    # Four prompts the bound admits (their 420 positions without a preemption fit) but a pool
+    # so small, and no prefix cache, that preemptions compute them again and again (1,485
+    # positions to the end): the steps stop before the bound is passed.
+    passage = PASSAGE.read_text()
+    prompts = [passage[:300], passage[300:600], passage[:280], passage[600:880]]
+    answer = post(tight, "/api/serving", prompts=prompts, num_blocks=34, block_size=4,
+                  max_batch_tokens=32, max_new_tokens=16, prefix_caching=False)
+    assert answer["stopped"] == "work"
+    assert TIGHT - 32 < answer["positions"] <= TIGHT
+    assert answer["steps"][-1]["stats"]["preemptions"] > 0
+    assert any(r["state"] != "finished" for r in answer["steps"][-1]["requests"])
+    status, refused = call(tight, "POST", "/api/serving", {"prompts": [passage[:600]] * 4,
+                                                     "num_blocks": 64, "block_size": 16})
+    assert status == 422 and "work:" in refused["error"] and "fewer" in refused["error"]
+
+
+# -- the work a request may ask for -----------------------------------------------------------
+
+def race_positions(P, n):
+    return (P + n - 1) + (n * P + n * (n - 1) // 2)
+
+
+def test_race_is_bounded_by_positions_times_parameters(tight, model):
+    P = len(ids_of(model))
+    n = max(m for m in range(1, 65) if race_positions(P, m) <= TIGHT)
+    status, answer = call(tight, "POST", "/api/race", {"prompt": PROMPT,
+                                                       "max_new_tokens": n + 1})
+    assert status == 422
+    assert f"{race_positions(P, n + 1):,} token positions" in answer["error"]
+    assert f"at most {n} new tokens" in answer["error"]
+    assert f"about {TIGHT:,} positions of this model" in answer["error"]
+    done = post(tight, "/api/race", prompt=PROMPT, max_new_tokens=n)
+    assert done["cached"]["passes"] + done["uncached"]["passes"] == race_positions(P, n)
+    # The bound is positions times parameters: the same desk with the default bound takes it.
+    assert race_positions(P, n + 1) * parameters(model) <= MAX_WORK
+
+
+@pytest.mark.parametrize("path,body,positions", [  # P: the prompt's tokens
+    ("/api/bits", dict(prompt="word " * 100, bits=4, max_new_tokens=64),
+     lambda P: P + 63 + 255),  # the text, then the passage's first 256 tokens
+    ("/api/temperatures", dict(prompt="word " * 100, max_new_tokens=64), lambda P: 4 * (P + 63)),
+    ("/api/repetition", dict(prompt="word " * 100, max_new_tokens=64), lambda P: 2 * (P + 63)),
+    ("/api/speculative", dict(prompt="word " * 100, drafter="ngram", k=8),
+     lambda P: P + 24 * 9)])  # 24 rounds at most (the default tokens): 8 guesses and 1 more
+def test_every_widget_is_bounded(model, path, body, positions):
+    positions = positions(len(ids_of(model, body["prompt"])))
+    desk = make_desk(model, "target.npz", None, PASSAGE.read_text(encoding="utf-8"))
+    desk.max_work = 300 * parameters(model)  # the shipped model's context holds 256 positions
+    with pytest.raises(widgets.RequestError) as refused:
+        widgets.ROUTES[path](desk, checked(path, body))
+    assert refused.value.status == 422
+    assert str(refused.value).startswith(f"work: this request computes {positions:,} token "
+                                         "positions of a model of 1,369,728 parameters")
+
+
+def test_each_widget_charges_the_positions_it_computes(model, monkeypatch):
+    watched = Watched(model)
+    desk = make_desk(watched, "watched", None, PASSAGE.read_text(encoding="utf-8"))
+    charged = []
+    monkeypatch.setattr(widgets, "charge",
+                        lambda desk, positions, what, draft_positions=0: charged.append(positions))
+    exact = [("/api/next", dict(prompt=PROMPT, drawn=[269, 260])),
+             ("/api/draw", dict(prompt=PROMPT)),
+             ("/api/temperatures", dict(prompt=PROMPT, max_new_tokens=20)),
+             ("/api/repetition", dict(prompt=PROMPT, max_new_tokens=30)),
+             ("/api/race", dict(prompt=PROMPT, max_new_tokens=25)),
+             ("/api/bits", dict(prompt=PROMPT, bits=32, max_new_tokens=10)),
+             ("/api/serving", dict(prefix_caching=False, num_blocks=64))]
+    at_most = [("/api/speculative", dict(prompt=PROMPT, drafter="ngram", k=5)),
+               ("/api/serving", dict())]  # reused positions are not computed, preempted again
+    for path, body in exact + at_most:
+        watched.passes = 0
+        answer = widgets.ROUTES[path](desk, checked(path, body))
+        if (path, body) in exact:
+            assert watched.passes == charged[-1], path
+        elif path == "/api/serving":  # what it charged first, then its steps stay under the bound
+            assert answer["positions"] == watched.passes
+        else:
+            assert watched.passes <= charged[-1], path
+
+
+def test_the_default_bound_leaves_the_shipped_model_free(server, model):
+    status, info = call(server, "GET", "/api/info")
+    assert info["max_work"] == MAX_WORK and info["parameters"] == parameters(model)
+    assert info["max_positions"] == MAX_WORK // parameters(model)
+    W = model.config.context_length
+    largest = max(race_positions(W - n, n) for n in range(1, 65))
+    assert largest < info["max_positions"]
+    assert 3000 < MAX_WORK // 134_515_008 < 4000  # SmolLM2-135M's parameters: ~3,700 positions
 
 
 def test_info_and_the_page(server):
@@ -275,12 +600,30 @@ BAD = [
     ("POST", "/api/bits", {"prompt": PROMPT, "bits": 7}, None, 400, "bits: must be one of"),
     ("POST", "/api/race", {"prompt": PROMPT, "max_new_tokens": 10**6}, None, 400,
      "max_new_tokens: must be in"),
+    ("POST", "/api/serving", {"prompts": []}, None, 400, "prompts: must be a list of 1 to 4"),
+    ("POST", "/api/serving", {"prompts": ["a"] * 5}, None, 400,
+     "prompts: must be a list of 1 to 4"),
+    ("POST", "/api/serving", {"prompts": ["a", 3]}, None, 400, "prompts[1]: must be a string"),
+    ("POST", "/api/serving", {"prompts": [PROMPT, " "]}, None, 400, "prompts[1]: empty"),
+    ("POST", "/api/serving", {"num_blocks": 2}, None, 400, "num_blocks: prompt 1 needs 10 "
+     "blocks of 4 positions"),
+    ("POST", "/api/serving", {"prefix_caching": "yes"}, None, 400,
+     "prefix_caching: must be true or false"),
+    ("POST", "/api/serving", {"max_new_tokens": 17}, None, 400, "max_new_tokens: must be in"),
+    ("POST", "/api/serving", {"block_size": 0}, None, 400, "block_size: must be in"),
     ("POST", "/api/nothing", {}, None, 404, "no such endpoint"),
     ("GET", "/nothing", None, None, 404, "no such page"),
     ("GET", "/static/../server.py", None, None, 404, "no such page"),
     ("GET", "/static/%2e%2e/server.py", None, None, 404, "no such page"),
     ("GET", "/static/../../weights/target.npz", None, None, 404, "no such page"),
     ("GET", "/../../../etc/passwd", None, None, 404, "no such page"),
+    ("GET", "/api/next", None, None, 405, "GET is not allowed here; POST it"),
+    ("GET", "/api/serving", None, None, 405, "GET is not allowed here; POST it"),
+    ("POST", "/", {}, None, 405, "POST is not allowed here; GET it"),
+    ("POST", "/api/info", {}, None, 405, "POST is not allowed here; GET it"),
+    ("PUT", "/api/race", {}, None, 405, "PUT is not allowed here"),
+    ("DELETE", "/static/desk.js", None, None, 405, "DELETE is not allowed here"),
+    ("DELETE", "/nothing", None, None, 404, "no such page"),
 ]
 
 
@@ -290,6 +633,54 @@ def test_bad_requests_get_a_4xx_with_a_json_error(server, method, path, body, ra
     got, answer = call(server, method, path, body, raw=raw)
     assert got == status
     assert message in answer["error"]
+
+
+def test_a_wrong_method_names_the_right_one(server):
+    port = server.server_address[1]
+    for method, path, allow in (("GET", "/api/next", "POST"), ("POST", "/", "GET, HEAD"),
+                                ("PATCH", "/api/bits", "POST")):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request(method, path, headers={"Host": f"127.0.0.1:{port}"})
+        response = connection.getresponse()
+        assert response.status == 405 and response.getheader("Allow") == allow
+        assert response.getheader("Content-Type") == "application/json"
+        assert "not allowed here" in json.loads(response.read())["error"]
+        connection.close()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("HEAD", "/", headers={"Host": f"127.0.0.1:{port}"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.read() == b""
+    assert int(response.getheader("Content-Length")) > 1000  # the page's, not sent
+
+
+def raw(server, data: bytes):
+    """(status, headers, JSON body) of bytes sent as they are, before any handler of the desk
+    reads them: what http.server itself answers."""
+    port = server.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+@pytest.mark.parametrize("data,status,message", [
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, "over 64 KiB"),
+    (b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", 431, "Line too long"),
+    (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120)) + b"\r\n", 431,
+     "Too many headers"),
+    (b"GET /a b HTTP/1.1\r\n\r\n", 400, "Bad request syntax"),
+    (b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n", 501, "Unsupported method ('BREW')")])
+def test_http_servers_own_refusals_are_json_too(server, data, status, message):
+    got, headers, body = raw(server, data)
+    assert got == status and headers["Content-Type"] == "application/json"
+    assert message in body["error"]
+    assert post(server, "/api/next", prompt=PROMPT)["survivors"] == 2048  # and it goes on
 
 
 def test_huge_bodies_are_refused_unread(server):

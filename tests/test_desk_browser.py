@@ -7,6 +7,7 @@ package or a Chromium at /usr/bin/chromium ($MINILLM_CHROMIUM). With MINILLM_DES
 set to a folder they save a picture of each widget there (docs/desk/ holds the ones shown in
 docs/DESK.md).
 """
+import math
 import os
 import re
 import subprocess
@@ -18,6 +19,8 @@ import pytest
 
 import minillm
 from minillm.desk import PASSAGE
+from minillm.desk.packing import stored_bytes
+from minillm.serving import Engine
 from minillm.study.explain import repeats, surprise
 
 pytestmark = pytest.mark.browser
@@ -136,6 +139,14 @@ def test_sampling_desk_shows_what_filtered_probs_keeps(page, model):
         assert shown == (percent(kept[token]) if kept[token] > 0 else "cut")
     p = kept[kept > 0]
     assert text(page, "#effective-kept") == f"{np.exp(-(p * np.log(p)).sum()):.1f}"
+    # The two columns of percentages have their heading, right above them.
+    heads = page.locator(".bar-head .share")
+    assert [heads.nth(i).inner_text().replace("\xa0", " ") for i in range(2)] == [
+        "model at T = 1", "after the knobs"]
+    for i, column in enumerate(("model", "kept")):
+        head, cell = heads.nth(i).bounding_box(), rows.nth(0).locator(f".share.{column}")
+        assert abs(head["x"] + head["width"] - cell.bounding_box()["x"]
+                   - cell.bounding_box()["width"]) < 1
     page.click(".tabs button[data-view=total]")
     assert page.locator("#curve .cutline").count() == 2  # top-p and top-k lines
     screenshot(page, "sampling")
@@ -148,6 +159,69 @@ def test_sampling_desk_shows_what_filtered_probs_keeps(page, model):
                                           history=[ids], rng=np.random.default_rng(0)))
     assert text(page, "#sampling-drawn") == model.tokenizer.decode([token])
     assert page.input_value("#sampling-seed") == "1"
+
+
+CHART = """() => {
+  const svg = document.querySelector("#curve");
+  const points = svg.querySelector("polyline").getAttribute("points").trim().split(" ")
+    .filter((p) => p).map((p) => p.split(",").map(Number));
+  const labels = [...svg.querySelectorAll("text.cutlabel, text.tail")].map((t) => {
+    const b = t.getBBox();
+    return {text: t.textContent, box: [b.x, b.y, b.x + b.width, b.y + b.height]};
+  });
+  const lines = [...svg.querySelectorAll("line.survivors, line.cutline")]
+    .map((l) => ["x1", "y1", "x2", "y2"].map((a) => Number(l.getAttribute(a))));
+  return {points, labels, lines, dots: svg.querySelectorAll("circle.dot").length,
+          curve: sampling.last.curve};
+}"""
+BOTTOM = 240 - 24  # the chart's x axis
+
+
+def crosses(segment, box, step=0.25) -> bool:
+    """Whether a segment passes inside a box (shrunk by half a pixel), sampled every `step`
+    pixels."""
+    (x1, y1, x2, y2), (bx1, by1, bx2, by2) = segment, box
+    n = max(1, int(math.hypot(x2 - x1, y2 - y1) / step))
+    return any(bx1 + 0.5 < x1 + (x2 - x1) * i / n < bx2 - 0.5 and
+               by1 + 0.5 < y1 + (y2 - y1) * i / n < by2 - 0.5 for i in range(n + 1))
+
+
+@pytest.mark.parametrize("knobs,view", [
+    (dict(temperature=1.0), "log"), (dict(temperature=0.3), "log"),
+    (dict(temperature=0.0), "log"), (dict(temperature=1.2, top_k=40, top_p=0.9), "log"),
+    (dict(temperature=1.2, top_k=40, top_p=0.9), "total"),
+    (dict(temperature=0.6, top_p=0.5), "total")])
+def test_the_chart_stops_at_its_floor_and_its_labels_clear_every_line(page, model, knobs,
+                                                                       view):
+    for name, value in knobs.items():
+        if page.input_value(f"#{name}") != str(value):
+            set_value(page, f"#{name}", value, "/api/next")
+    settle(page, "sampling")
+    page.click(f".tabs button[data-view={view}]")
+    chart = page.evaluate(CHART)
+    ids = model.tokenizer.encode(PROMPT)
+    logits = model.forward(np.array([ids]), last=1)[0, -1].astype(np.float64)
+    scaled = np.sort(minillm.filtered_probs(logits, temperature=knobs["temperature"]))[::-1]
+    above = int((scaled >= 1e-12).sum())  # the ranks above the floor, from the library
+    assert chart["curve"]["above"] == above
+    points, V = chart["points"], model.config.vocab_size
+    if view == "log":
+        # One point a rank sent whose probability reaches 1e-12, the last one at rank `above`:
+        # the curve never runs along the floor, and a note counts the ranks under it.
+        ranks = [r for r, p in zip(chart["curve"]["rank"], chart["curve"]["p"]) if p >= 1e-12]
+        assert len(points) == len(ranks) and ranks[-1] == above
+        assert sum(y >= BOTTOM - 1 for _, y in points) <= 1
+        notes = [label["text"] for label in chart["labels"] if "not drawn" in label["text"]]
+        assert notes == ([f"{V - above} ranks below 1e-12: not drawn"] if above < V else [])
+        assert chart["dots"] == (len(points) == 1)
+    survive = [label for label in chart["labels"] if "surviv" in label["text"]]
+    assert len(survive) == 1 and survive[0]["text"].startswith(text(page, "#survivors"))
+    segments = [(*a, *b) for a, b in zip(points, points[1:])] + chart["lines"]
+    for label in chart["labels"]:
+        assert not any(crosses(segment, label["box"]) for segment in segments), label
+        for other in chart["labels"]:  # nor each other
+            a, b = label["box"], other["box"]
+            assert other is label or a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
 
 
 def test_penalty_sliders_show_what_filtered_probs_keeps(page, model):
@@ -246,21 +320,36 @@ def test_cache_race_shows_identical_tokens(page, model):
     screenshot(page, "race")
 
 
+def size(n: int) -> str:
+    """Bytes as the page shows them: MiB from one MiB on, else KiB."""
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.2f} KiB"
+
+
 def test_bits_table_shows_each_width(page, model):
     page.fill("#bits-n", "16")
     page.click("#squeeze")
     page.wait_for_selector("#bits-table tbody tr[data-bits='2']", timeout=120_000)
+    widths = [int(page.locator("#bits-table tbody tr").nth(i).get_attribute("data-bits"))
+              for i in range(page.locator("#bits-table tbody tr").count())]
+    assert widths == [32, 8, 6, 5, 4, 3, 2]
     ids = model.tokenizer.encode(PROMPT)
     passage = model.tokenizer.encode(PASSAGE.read_text())[:model.config.context_length]
-    for bits in (32, 4):
+    shown = []
+    for bits in widths:
         squeezed = model if bits == 32 else minillm.quantize(model, skip=(), bits=bits,
                                                              embeddings=True)
         row = page.locator(f"#bits-table tbody tr[data-bits='{bits}']")
-        out = minillm.generate(squeezed, ids, max_new_tokens=16, temperature=0, stop_tokens=[0])
-        assert row.locator("td.text").inner_text().strip() == model.tokenizer.decode(
-            out[len(ids):]).strip()
-        assert row.locator("td.num").first.inner_text() == \
-            f"{surprise(squeezed, passage):.3f} nats"
+        stored = stored_bytes(squeezed)
+        assert row.locator("td.weights .total").inner_text() == size(stored["total"])
+        shown.append(stored["total"])
+        if bits in (32, 5, 4):
+            out = minillm.generate(squeezed, ids, max_new_tokens=16, temperature=0,
+                                   stop_tokens=[0])
+            assert row.locator("td.text").inner_text().strip() == model.tokenizer.decode(
+                out[len(ids):], skip_special_tokens=True).strip()
+            assert row.locator("td.num").first.inner_text() == \
+                f"{surprise(squeezed, passage):.3f} nats"
+    assert shown == sorted(shown, reverse=True) and len(set(shown)) == len(shown)
     screenshot(page, "bits")
 
 
@@ -290,6 +379,81 @@ def test_speculative_rounds_spell_the_greedy_text(page, model):
         assert proposed == page.locator("#rounds .accepted, #rounds .rejected, "
                                         "#rounds .unchecked").count()
     screenshot(page, "speculative")
+
+
+def engine_steps(model, prompts, n, block_size, num_blocks, budget):
+    """Each step of the requests run through minillm.serving.Engine directly: the running
+    requests, each request's state and table, every block's holders."""
+    engine = Engine(model, block_size=block_size, num_blocks=num_blocks,
+                    max_batch_tokens=budget)
+    requests = {}
+    for i, ids in enumerate(prompts):
+        rid = engine.add_request(ids, max_new_tokens=n, temperature=0.0, stop_tokens=[0])
+        requests[rid] = engine.requests[rid]
+
+    def shot():
+        running = {r.id for r in engine.running}
+        owners = {}
+        for r in engine.running:
+            for b in r.table:
+                owners.setdefault(b, []).append(r.id)
+        return {"states": ["running" if rid in running else "waiting" if rid in engine.requests
+                           else "finished" for rid in requests],
+                "tables": [list(r.table) for r in requests.values()],
+                "owners": [sorted(owners.get(b, [])) for b in range(num_blocks)],
+                "preemptions": engine.stats.preemptions}
+
+    shots = [shot()]
+    while engine.has_unfinished():
+        engine.step()
+        shots.append(shot())
+    return shots
+
+
+def test_serving_widget_steps_through_the_engine(page, model):
+    settle(page, "serving")  # the page serves the default prompts as it opens
+    prompts = [model.tokenizer.encode(line)
+               for line in page.input_value("#serving-prompts").split("\n")]
+    n, bs, pool, budget = (int(page.input_value(f"#serving-{name}"))
+                           for name in ("n", "block", "pool", "budget"))
+    want = engine_steps(model, prompts, n, bs, pool, budget)
+    assert page.get_attribute("#serving-step", "max") == str(len(want) - 1)
+    for k, shot in enumerate(want):
+        page.eval_on_selector("#serving-step", "(e, v) => { e.value = v; "
+                              "e.dispatchEvent(new Event('input')); }", str(k))
+        assert text(page, "#serving-step-shown") == f"step {k} of {len(want) - 1}"
+        cells = page.locator("#pool .cell")
+        assert cells.count() == pool
+        shown = page.evaluate("() => [...document.querySelectorAll('#pool .cell')].map((c) => "
+                              "[c.dataset.owners, c.classList.contains('shared')])")
+        assert shown == [[" ".join(map(str, owners)), len(owners) > 1]
+                         for owners in shot["owners"]]
+        rows = page.locator("#serving-requests tbody tr")
+        for i, (state, table) in enumerate(zip(shot["states"], shot["tables"])):
+            row = rows.nth(i)
+            assert row.locator(".state").inner_text().startswith(state)
+            chips = row.locator(".chip")
+            assert [int(chips.nth(j).inner_text()) for j in range(chips.count())] == table
+        preempted = shot["preemptions"] - want[k - 1]["preemptions"] if k else 0
+        assert text(page, "#serving-events").count("is preempted") == preempted
+    assert any(len(owners) == 3 for shot in want for owners in shot["owners"])  # shared by 3
+    assert want[-1]["preemptions"] > 0
+    # The buttons step back and forth; the picture: the step of the first preemption.
+    first = next(k for k, shot in enumerate(want) if shot["preemptions"])
+    page.eval_on_selector("#serving-step", "(e, v) => { e.value = v; "
+                          "e.dispatchEvent(new Event('input')); }", str(first - 1))
+    page.click("#serving-next")
+    assert page.input_value("#serving-step") == str(first)
+    assert "is preempted" in text(page, "#serving-events")
+    screenshot(page, "serving")
+    page.click("#serving-back")
+    assert page.input_value("#serving-step") == str(first - 1)
+    # A pool too small for the longest request is refused, and said so under the widget.
+    page.fill("#serving-pool", "4")
+    click(page, "#run-serving", "/api/serving")
+    settle(page, "serving")
+    error = page.locator("#serving .error")
+    assert error.is_visible() and "num_blocks: prompt 1 needs" in error.inner_text()
 
 
 def test_a_refused_request_is_shown_and_the_page_goes_on(page):

@@ -5,10 +5,14 @@
     GET  /api/info         the model, its ready-made beginnings, the limits
     POST /api/<widget>     a JSON object of fields (fields.py) -> a JSON object (widgets.py)
 
-Each request runs on its own thread (ThreadingHTTPServer), so a slow computation never stops
-the page's files or the other widgets from being served; at most WORKERS computations run at
-once, the others wait their turn. Every refusal is a 4xx with {"error": "..."}, and the server
-goes on serving after any error. What protects a page served on the local machine:
+(HEAD as GET, without the body.) Each request runs on its own thread (ThreadingHTTPServer), so
+a slow computation never stops the page's files or the other widgets from being served; at
+most WORKERS computations run at once, the others wait their turn. Every refusal is a 4xx (or
+http.server's own 5xx for a method it does not know) with {"error": "..."}: the desk's own, and
+those http.server sends before the desk sees the request (a request line over 64 KiB: 414; a
+header line over 64 KiB or over 100 headers: 431; a malformed request line: 400), through
+send_error. A known path asked with the wrong method is a 405 naming the right one (Allow).
+The server goes on serving after any error. What protects a page served on the local machine:
 - a Host header other than this server's own address is refused (a web page elsewhere cannot
   reach it by renaming itself to 127.0.0.1: DNS rebinding), and so is a POST from another
   origin;
@@ -77,8 +81,16 @@ class DeskHandler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.answer(self.get)
 
+    def do_HEAD(self):
+        self.answer(self.get)
+
     def do_POST(self):
         self.answer(self.post)
+
+    def do_PUT(self):
+        self.answer(self.other)
+
+    do_DELETE = do_PATCH = do_PUT
 
     def answer(self, handle):
         """Run `handle`; turn whatever it raises into a JSON error, and keep serving."""
@@ -90,26 +102,47 @@ class DeskHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             return  # the page gave up on this request (a newer one replaced it): nobody reads
         except RequestError as e:
-            self.send_json({"error": str(e)}, e.status)
+            self.send_json({"error": str(e)}, e.status, e.headers)
         except ValueError as e:  # the library's one-line errors: a knob or an id out of range
             self.send_json({"error": str(e)}, 400)
         except Exception as e:  # a bug: say so, and stay up
             traceback.print_exc()
             self.send_json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
 
+    def allowed(self, path: str) -> str | None:
+        """The methods `path` answers ("GET, HEAD" for the page's files and the info, "POST"
+        for a widget's endpoint), None for an unknown path."""
+        if path in self.files or path == "/api/info":
+            return "GET, HEAD"
+        return "POST" if path in ENDPOINTS else None
+
+    def refuse_method(self, path: str, unknown: str):
+        """The error for a method `path` does not answer: 405 with Allow, or 404."""
+        allow = self.allowed(path)
+        if allow is None:
+            raise RequestError(f"{path[:80]}: {unknown}", 404)
+        how = ("POST it a JSON object of its fields" if allow == "POST" else "GET it")
+        raise RequestError(f"{path[:80]}: {self.command} is not allowed here; {how}", 405,
+                           {"Allow": allow})
+
     def get(self):
         path = self.path.split("?", 1)[0]
+        if self.allowed(path) != "GET, HEAD":
+            self.refuse_method(path, "no such page")
         if path == "/api/info":
             return self.send_json(widgets.info(self.desk))
-        if path not in self.files:
-            raise RequestError(f"{path[:80]}: no such page", 404)
         body, kind = self.files[path]
         self.send(200, body, kind)
+
+    def other(self):
+        self.close_connection = True  # a body the desk never reads must not be taken for a request
+        self.refuse_method(self.path.split("?", 1)[0], "no such page")
 
     def post(self):
         path = self.path.split("?", 1)[0]
         if path not in ENDPOINTS:
-            raise RequestError(f"{path[:80]}: no such endpoint", 404)
+            self.close_connection = True  # its body stays unread
+            self.refuse_method(path, "no such endpoint")
         origin = self.headers.get("Origin")
         if origin is not None and origin not in self.origins:
             raise RequestError(f"Origin: requests from {origin[:80]} are refused", 403)
@@ -135,17 +168,34 @@ class DeskHandler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise RequestError(f"body: not valid JSON ({e})") from None
 
-    def send_json(self, value, status: int = 200):
-        self.send(status, json.dumps(value).encode("utf-8"), "application/json")
+    def send_json(self, value, status: int = 200, headers: dict | None = None):
+        self.send(status, json.dumps(value).encode("utf-8"), "application/json", headers)
 
-    def send(self, status: int, body: bytes, kind: str):
+    def send(self, status: int, body: bytes, kind: str, headers: dict | None = None):
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals, sent before a handler runs (a request line or a header
+        too long: 414, 431; too many headers: 431; a malformed request line: 400; an unknown
+        method: 501), as the desk's JSON errors rather than its HTML page."""
+        short = self.responses.get(code, ("error",))[0]
+        text = message or short
+        if explain and explain not in text:
+            text = f"{text}: {explain}"
+        if code == 414:
+            text = f"{text}: the request line is over 64 KiB"
+        self.log_error("code %d, message %s", code, text)
+        self.close_connection = True  # what follows the refused line is not a request
+        self.send_json({"error": text}, code, {"Connection": "close"})
 
     def log_message(self, format, *args):
         if not self.quiet:

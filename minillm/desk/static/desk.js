@@ -125,42 +125,138 @@ function drawBars(answer) {
 // The ranked distribution after the penalties and the temperature (before the cuts), by rank on a
 // log axis: its probabilities on a log axis too, or its running total with the top-p line
 // (horizontal) and the top-k line (vertical).
+//
+// The log axis ends at a power of ten at or below the smallest probability drawn, never below
+// 1e-12 (answer.curve.floor): the ranks under it (at a low temperature most of them, down to
+// exactly 0) are not drawn, so the curve stops at the last rank above it (answer.curve.above,
+// one of the ranks sent) and a note says how many lie below. The labels are placed where they
+// cross neither the curve nor a line (place).
 function drawCurve(answer) {
   const svg = $("#curve");
   const W = 640, H = 240, left = 48, bottom = 24, top = 8, right = 8;
-  const ranks = answer.curve.rank, total = sampling.view === "total";
-  const values = total ? answer.curve.total : answer.curve.p;
-  const x = (r) => left + (W - left - right) * Math.log(r) / Math.log(answer.vocabulary);
-  const floor = Math.max(1e-12, Math.min(...values.filter((v) => v > 0)));
+  const total = sampling.view === "total", V = answer.vocabulary;
+  const floorP = answer.curve.floor;
+  let ranks = answer.curve.rank, values = total ? answer.curve.total : answer.curve.p;
+  let floor = 1;
+  if (!total) {
+    const kept = values.map((v) => v >= floorP);
+    ranks = ranks.filter((_, i) => kept[i]);
+    values = values.filter((_, i) => kept[i]);
+    floor = Math.max(floorP, Math.min(1e-2, 10 ** Math.floor(Math.log10(Math.min(...values)))));
+  }
+  const x = (r) => left + (W - left - right) * Math.log(r) / Math.log(V);
   const y = total ? (v) => top + (H - top - bottom) * (1 - v)
-    : (v) => top + (H - top - bottom) * Math.log(Math.max(v, floor) / 1)
-      / Math.log(floor);
+    : (v) => top + (H - top - bottom) * Math.log10(v) / Math.log10(floor);
   const parts = [];
-  const line = (x1, y1, x2, y2, cls) => parts.push(
-    `<line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" class="${cls}"/>`);
+  const obstacles = []; // segments [x1, y1, x2, y2] a label must not cross
+  const line = (x1, y1, x2, y2, cls) => {
+    parts.push(`<line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" class="${cls}"/>`);
+    obstacles.push([x1, y1, x2, y2]);
+  };
   const text = (tx, ty, s, cls = "tick") => parts.push(
     `<text x="${tx}" y="${ty}" class="${cls}">${s}</text>`);
   line(left, H - bottom, W - right, H - bottom, "axis");
   line(left, top, left, H - bottom, "axis");
-  for (let r = 1; r <= answer.vocabulary; r *= 10) {
+  for (let r = 1; r <= V; r *= 10) {
     line(x(r), H - bottom, x(r), H - bottom + 4, "axis");
     text(x(r) - 4, H - 6, r);
   }
+  const labels = []; // [class, text, candidate positions [x, y, anchor], ...]
   if (total) {
     for (const v of [0, 0.5, 1]) text(8, y(v) + 4, v);
     const p = number("#top_p"), k = number("#top_k");
-    if (p < 1) { line(left, y(p), W - right, y(p), "cutline"); text(W - 80, y(p) - 4, `top-p ${p}`, "cutlabel"); }
-    if (k > 0) { line(x(k), top, x(k), H - bottom, "cutline"); text(x(k) + 4, top + 12, `top-k ${k}`, "cutlabel"); }
+    if (p < 1) {
+      line(left, y(p), W - right, y(p), "cutline");
+      labels.push(["cutlabel top-p", `top-p ${p}`, [[W - right - 4, y(p) - 4, "end"],
+        [W - right - 4, y(p) + 14, "end"], [left + 4, y(p) - 4, "start"],
+        [left + 4, y(p) + 14, "start"]]]);
+    }
+    if (k > 0) {
+      line(x(k), top, x(k), H - bottom, "cutline");
+      labels.push(["cutlabel top-k", `top-k ${k}`, [[x(k) + 4, top + 12, "start"],
+        [x(k) - 4, top + 12, "end"], [x(k) + 4, H / 2, "start"], [x(k) - 4, H / 2, "end"]]]);
+    }
   } else {
-    for (let e = 0; 10 ** -e >= floor; e += 2) text(4, y(10 ** -e) + 4, e ? `1e-${e}` : "1");
+    for (let e = 0; 10 ** -e >= floor * 0.999; e += 2) text(4, y(10 ** -e) + 4, e ? `1e-${e}` : "1");
   }
   const s = answer.survivors;
   const xs = x(Math.max(s, 1));
   line(xs, top, xs, H - bottom, "survivors");
-  text(xs > W / 2 ? xs - 80 : xs + 4, H - bottom - 6, `${s} survive`, "cutlabel");
-  const points = ranks.map((r, i) => `${x(r).toFixed(1)},${y(values[i]).toFixed(1)}`);
-  parts.push(`<polyline points="${points.join(" ")}" class="curve"/>`);
+  const sides = xs > W / 2 ? [[-4, "end"], [4, "start"]] : [[4, "start"], [-4, "end"]];
+  const heights = [H - bottom - 6, top + 14, (top + H - bottom) / 2];
+  labels.push(["cutlabel survive", `${s} survive${s === 1 ? "s" : ""}`,
+    sides.flatMap(([dx, anchor]) => heights.map((h) => [xs + dx, h, anchor]))]);
+  const below = V - answer.curve.above;
+  if (!total && below > 0) {
+    const xe = x(answer.curve.above);
+    labels.push(["tick tail", `${below} ranks below ${floorP.toExponential(0)}: not drawn`,
+      [[xe + 4, H - bottom - 6, "start"], [xe - 4, H - bottom - 6, "end"],
+       [W - right - 4, H - bottom - 6, "end"], [W - right - 4, top + 14, "end"],
+       [xe + 4, (top + H - bottom) / 2, "start"]]]);
+  }
+  const points = ranks.map((r, i) => [x(r), y(values[i])]);
+  for (let i = 1; i < points.length; i++) obstacles.push([...points[i - 1], ...points[i]]);
+  parts.push(`<polyline points="${points.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`)
+    .join(" ")}" class="curve"/>`);
+  if (points.length === 1) { // one rank above the floor (T = 0): a dot, not an empty line
+    parts.push(`<circle cx="${points[0][0]}" cy="${points[0][1]}" r="3" class="dot"/>`);
+  }
   svg.innerHTML = parts.join("");
+  for (const [cls, label, candidates] of labels) {
+    place(svg, cls, label, candidates, obstacles, [left, top, W - right, H - bottom]);
+  }
+}
+
+// A text label at the first of `candidates` ([x, y, anchor]) whose box stays inside `frame`
+// ([x1, y1, x2, y2]) and crosses none of the `obstacles` (segments); each placed label becomes
+// an obstacle for the next (its box's edges). The first candidate when none is clear.
+function place(svg, cls, label, candidates, obstacles, frame) {
+  const node = document.createElementNS(SVG, "text");
+  node.setAttribute("class", cls);
+  node.textContent = label;
+  svg.append(node);
+  let chosen = null;
+  for (const [tx, ty, anchor] of candidates) {
+    node.setAttribute("x", tx);
+    node.setAttribute("y", ty);
+    node.setAttribute("text-anchor", anchor);
+    const b = node.getBBox();
+    const box = {x: b.x - 2, y: b.y - 1, width: b.width + 4, height: b.height + 2};
+    const inside = box.x >= frame[0] && box.y >= frame[1] && box.x + box.width <= frame[2] &&
+      box.y + box.height <= frame[3];
+    if (inside && !obstacles.some((seg) => segmentHitsBox(...seg, box))) {
+      chosen = box;
+      break;
+    }
+  }
+  if (chosen === null) {
+    const [tx, ty, anchor] = candidates[0];
+    node.setAttribute("x", tx);
+    node.setAttribute("y", ty);
+    node.setAttribute("text-anchor", anchor);
+    chosen = node.getBBox();
+  }
+  const {x: bx, y: by, width: bw, height: bh} = chosen;
+  obstacles.push([bx, by, bx + bw, by], [bx, by + bh, bx + bw, by + bh],
+                 [bx, by, bx, by + bh], [bx + bw, by, bx + bw, by + bh]);
+}
+
+// Whether the segment (x1, y1)-(x2, y2) meets the box {x, y, width, height} (Liang-Barsky).
+function segmentHitsBox(x1, y1, x2, y2, box) {
+  let t0 = 0, t1 = 1;
+  const dx = x2 - x1, dy = y2 - y1;
+  const edges = [[-dx, x1 - box.x], [dx, box.x + box.width - x1],
+                 [-dy, y1 - box.y], [dy, box.y + box.height - y1]];
+  for (const [p, q] of edges) {
+    if (p === 0) {
+      if (q < 0) return false; // parallel to this edge, and outside it
+    } else {
+      const t = q / p;
+      if (p < 0) { if (t > t1) return false; t0 = Math.max(t0, t); }
+      else { if (t < t0) return false; t1 = Math.min(t1, t); }
+    }
+  }
+  return true;
 }
 
 async function drawToken() {
@@ -238,19 +334,32 @@ async function race() {
 
 // -- bits ------------------------------------------------------------------------------------------
 
+const WIDTHS = [32, 8, 6, 5, 4, 3, 2];
+
+// Bytes as MiB (or KiB below one MiB), two decimals.
+function size(bytes) {
+  return bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(2)} MiB` : `${(bytes / 2 ** 10).toFixed(2)} KiB`;
+}
+
 async function squeeze() {
   const widget = $("#bits");
   const body = $("#bits-table tbody");
   body.replaceChildren();
-  for (const bits of [32, 8, 6, 4, 3, 2]) { // one width at a time: one squeezed copy at once
+  for (const bits of WIDTHS) { // one width at a time: one squeezed copy at once
     const answer = await api(widget, "/api/bits",
       {prompt: $("#bits-prompt").value, bits, max_new_tokens: number("#bits-n")}, "bits");
     if (!answer) return;
     const row = document.createElement("tr");
+    const parts = answer.stored;
     row.dataset.bits = bits;
     row.innerHTML = `<td>${bits === 32 ? "float32" : bits}</td>
       <td class="num">${answer.surprise.toFixed(3)} nats</td>
-      <td class="num">${(answer.bytes / 2 ** 20).toFixed(2)} MiB</td><td class="text"></td>`;
+      <td class="num weights"><span class="total">${size(answer.bytes)}</span>
+      <span class="parts">${bits === 32 ? `${size(parts.floats)} float32`
+        : `${size(parts.values)} packed + ${size(parts.scales)} scales + ${size(parts.floats)} float`}</span></td>
+      <td class="text"></td>`;
+    $(".weights", row).title = `${answer.bytes} bytes stored; ${answer.resident} bytes held in ` +
+      "memory here (the integers one per byte, the fast path's copies included)";
     $(".text", row).textContent = answer.text;
     body.append(row);
   }
@@ -280,6 +389,104 @@ async function speculate() {
   }));
 }
 
+// -- serving many requests ------------------------------------------------------------------------
+
+const serving = {answer: null};
+
+async function serve() {
+  const widget = $("#serving");
+  const prompts = $("#serving-prompts").value.split("\n").filter((line) => line.trim());
+  const answer = await api(widget, "/api/serving",
+    {prompts, block_size: number("#serving-block"), num_blocks: number("#serving-pool"),
+     max_batch_tokens: number("#serving-budget"), max_new_tokens: number("#serving-n"),
+     prefix_caching: $("#serving-prefix").checked});
+  if (!answer) return;
+  serving.answer = answer;
+  const slider = $("#serving-step");
+  slider.max = answer.steps.length - 1;
+  $("#serving-owners").replaceChildren(...answer.requests.map((r) => {
+    const span = document.createElement("span");
+    span.className = `cell-key owner r${r.id % 4}`;
+    span.textContent = `request ${r.id} (${r.prompt_tokens} prompt tokens)`;
+    return span;
+  }));
+  showStep(0);
+}
+
+// The pool, the requests and the events after step k (0: before the first step).
+function showStep(k) {
+  const answer = serving.answer;
+  if (!answer) return;
+  const steps = answer.steps, last = steps.length - 1;
+  k = Math.max(0, Math.min(last, k));
+  const shot = steps[k], before = steps[Math.max(0, k - 1)];
+  $("#serving-step").value = k;
+  $("#serving-step-shown").textContent = `step ${k} of ${last}` +
+    (k === last && answer.stopped ? ` (stopped: the ${answer.stopped === "work" ?
+      "work bound" : "step cap"})` : "");
+  $("#pool").style.setProperty("--columns", Math.min(answer.num_blocks, 24));
+  $("#pool").replaceChildren(...shot.blocks.map((b) => {
+    const cell = document.createElement("div");
+    cell.className = ["cell", b.state, ...(b.refs > 1 ? ["shared"] : []),
+                      ...(b.prefix ? ["keyed"] : [])].join(" ");
+    cell.dataset.block = b.block;
+    cell.dataset.owners = b.owners.join(" ");
+    cell.dataset.refs = b.refs;
+    if (b.owners.length) {
+      const stops = b.owners.map((o, i) => `var(--r${o % 4}) ${100 * i / b.owners.length}% ` +
+                                           `${100 * (i + 1) / b.owners.length}%`);
+      cell.style.background = `linear-gradient(135deg, ${stops.join(", ")})`;
+    }
+    cell.title = `block ${b.block}: ` + (b.state === "held" ? `held by request` +
+      `${b.owners.length > 1 ? "s" : ""} ${b.owners.join(", ")}` : b.state) +
+      (b.prefix ? "; in the prefix cache" : "");
+    cell.innerHTML = `<span class="id">${b.block}</span>` +
+      (b.refs > 1 ? `<span class="refs">\u00d7${b.refs}</span>` : "");
+    return cell;
+  }));
+  $("#serving-requests tbody").replaceChildren(...shot.requests.map((r) => {
+    const row = document.createElement("tr");
+    row.dataset.request = r.id;
+    row.className = r.state;
+    const shared = new Set(shot.blocks.filter((b) => b.refs > 1).map((b) => b.block));
+    const table = r.table.map((b) => `<span class="chip${shared.has(b) ? " shared" : ""}">${b}</span>`);
+    row.innerHTML = `<td><span class="cell-key owner r${r.id % 4}">${r.id}</span></td>
+      <td class="state">${r.state}${r.reason ? ` (${r.reason})` : ""}</td>
+      <td class="num computed">${r.state === "finished" ? "&ndash;" : `${r.computed} of ${r.length}`}</td>
+      <td class="table">${table.join("")}</td><td class="text"></td>`;
+    $(".text", row).textContent = visible(r.text);
+    return row;
+  }));
+  const events = [];
+  if (k > 0) {
+    events.push(`${shot.positions} positions computed (budget ${answer.max_batch_tokens})`);
+    for (const id of shot.running) {
+      if (!before.running.includes(id)) {
+        const reused = shot.stats.prompt_tokens_reused - before.stats.prompt_tokens_reused;
+        events.push(`request ${id} joins` + (reused ? ` (${reused} cached positions reused this step)` : ""));
+      }
+    }
+    for (const out of shot.outputs) {
+      events.push(`request ${out.request} draws ${JSON.stringify(out.text)}` +
+                  (out.finished ? `, finished (${out.reason})` : ""));
+    }
+    for (const id of shot.preempted) events.push(`request ${id} is preempted`);
+  } else {
+    events.push("before the first step: every request waits, the pool is free");
+  }
+  $("#serving-events").replaceChildren(...events.map((e) => {
+    const span = document.createElement("span");
+    span.className = e.includes("preempted") ? "event preempted" : "event";
+    span.textContent = e;
+    return span;
+  }));
+  const s = shot.stats;
+  $("#serving-stats").textContent = `blocks: ${s.blocks_in_use} in use, ${s.blocks_free} free, ` +
+    `${s.blocks_cached} cached · prompt positions computed ${s.prompt_tokens_computed}, ` +
+    `reused ${s.prompt_tokens_reused} · tokens drawn ${s.decode_tokens} · ` +
+    `preemptions ${s.preemptions}`;
+}
+
 // -- start ------------------------------------------------------------------------------------------
 
 async function start() {
@@ -303,6 +510,10 @@ async function start() {
   $("#passage").textContent = INFO.passage;
   for (const input of $$("input[type=number]")) if (input.id.endsWith("-n")) input.max = INFO.max_new_tokens;
   if (!INFO.draft) $("#drafter option[value=model]").disabled = true;
+  $("#serving-prompts").value = INFO.serving.prompts.join("\n");
+  $("#serving-n").max = INFO.serving.max_new_tokens;
+  $("#serving-pool").value = INFO.serving.num_blocks; // the default prompts' pool on this model
+  $("#serving-max-requests").textContent = INFO.serving.max_requests;
 
   const samplingUpdate = debounce(updateSampling);
   for (const id of ["temperature", "top_k", "top_p", "min_p", "repetition_penalty",
@@ -334,9 +545,13 @@ async function start() {
   $("#k").addEventListener("input", debounce(speculate, 200));
   $("#drafter").addEventListener("change", speculate);
   $("#run-speculative").addEventListener("click", speculate);
+  $("#run-serving").addEventListener("click", serve);
+  $("#serving-step").addEventListener("input", () => showStep(number("#serving-step")));
+  $("#serving-back").addEventListener("click", () => showStep(number("#serving-step") - 1));
+  $("#serving-next").addEventListener("click", () => showStep(number("#serving-step") + 1));
 
   showKnobValues();
-  await Promise.all([updateSampling(), writeColumns(), writeGreedy()]);
+  await Promise.all([updateSampling(), writeColumns(), writeGreedy(), serve()]);
   document.body.dataset.ready = "yes";
 }
 
