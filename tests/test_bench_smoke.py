@@ -86,3 +86,26 @@ def test_bench_imports_one_way():
     assert "bench.suite.timing" in graph["bench.suite.real_long"]  # the walk sees the imports
 
     assert len(topological_order(graph)) == len(graph)
+
+
+def test_serving_study_prints_its_tables_on_the_shipped_model(capsys):
+    """The serving study on the shipped model at tiny sizes: its three tables, the goals and
+    two profiles, with every row there and the engine's tokens those of one request at a time."""
+    from bench.studies.serving import main as serving
+
+    assert serving(["--requests", "3", "--prompt", "8", "24", "--new", "2", "4",
+                    "--shared", "40", "--question", "2", "6", "--shared_new", "2",
+                    "--profile", "3"]) == 0
+    printed = capsys.readouterr().out
+    for title in ("### 1. 3 requests", "### 2. 3 requests sharing a 40-token system prompt",
+                  "### 3. KV memory", "### Goals"):
+        assert printed.count(title) == 1
+    assert printed.count("### Profile: one engine run of workload") == 2
+    assert "load average at start" in printed and "command: `python -m bench.studies" in printed
+    assert printed.count("| same tokens |") == 2 and printed.count("| yes, 3 of 3 requests |") == 2
+    for row in ("| new tokens per second, the whole run |", "| time to first token, p99",
+                "| prompt tokens computed (engine.stats) |", "| total time, s |"):
+        assert row in printed
+    assert printed.count("| paged: ") == 3 and printed.count("contiguous caches of the whole") == 3
+    table1 = printed.split("### 1.")[1].split("###")[0]
+    assert table1.count("\n| ") == 12  # the header and 11 rows
