@@ -39,7 +39,8 @@ class BlockPool:
     @classmethod
     def empty(cls, n_layers, num_blocks, n_kv_heads, block_size, head_dim, dtype) -> "BlockPool":
         k = np.zeros((n_layers, num_blocks, n_kv_heads, block_size, head_dim), dtype)
-        return cls(k, np.zeros_like(k), list(range(num_blocks))[::-1], [0] * num_blocks)
+        v = np.zeros(k.shape, dtype)  # not zeros_like, which writes every page at once
+        return cls(k, v, list(range(num_blocks))[::-1], [0] * num_blocks)
 
     @property
     def block_size(self) -> int:
