@@ -1,10 +1,13 @@
 """The bench command starts and prints its tables on tiny models (no timing is checked)."""
 import sys
 
+import pytest
+
 from bench.__main__ import main
 from tests.helpers import topological_order
 
 
+@pytest.mark.slow  # all eight workloads: 6 s here, more on a busy machine
 def test_quick_run_prints_a_table_per_workload(capsys, tmp_path):
     out_file = tmp_path / "results.md"
     assert main(["--quick", "--out", str(out_file)]) == 0
