@@ -394,9 +394,9 @@ def table3(model, engine, rows) -> str:
                      f"{ratio(kv_bytes(cfg, whole, itemsize) / paged)} |")
     lines += ["", f"The pool itself is allocated for {pool.num_blocks:,} blocks "
               f"({mib(pool.num_blocks * block)}, the engine's default: room for 16,384 "
-              "positions, or a whole context if longer): `BlockPool.empty` makes the keys with "
-              "`np.zeros` (pages untouched until written) and the values with "
-              "`np.zeros_like`, which writes every one of its pages."]
+              "positions, or a whole context if longer): `BlockPool.empty` makes its keys and "
+              "values with `np.zeros`, pages untouched until written, so only the blocks "
+              "used are resident."]
     return "\n".join(lines)
 
 

@@ -72,7 +72,9 @@ def schedule(engine) -> list[tuple[Request, int]]:
     (a request joins with its prompt, and every request that joined before it has finished its
     prompt, or joined in the same step and goes before it), so the newest request, the one
     preempted when blocks run out, is never one already given work in this step. Waiting
-    requests join while the budget and the blocks allow."""
+    requests join while the budget and the blocks allow, until one of them (or a running one)
+    is left with part of its prompt unread: a prompt read in chunks is read without others
+    joining, so that the blocks it shares with the next requests are cached before they come."""
     budget = engine.max_batch_tokens
     work = []
     W = engine.model.config.context_length
@@ -83,7 +85,7 @@ def schedule(engine) -> list[tuple[Request, int]]:
         if n and make_room(engine, request, n):  # else it waits, or gave way itself
             work.append((request, n))
             budget -= n
-    while engine.waiting and budget > 0:
+    while engine.waiting and budget > 0 and all(n >= r.todo for r, n in work):
         request = engine.waiting[0]
         reuse_prefix(engine, request)
         n = request.chunk(budget, W)
