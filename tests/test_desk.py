@@ -722,8 +722,13 @@ def test_the_command_serves_the_page_and_prints_its_address():
                                 "--no-browser"], cwd=root, stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ, PYTHONPATH=str(root)))
     try:
-        line = process.stderr.readline()
-        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", line).group(1))
+        lines, match = [], None  # a warning may come first: read on to the address
+        while len(lines) < 50 and (line := process.stderr.readline()):
+            lines.append(line)
+            if match := re.search(r"http://127\.0\.0\.1:(\d+)/", line):
+                break
+        assert match, lines
+        port = int(match.group(1))
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         connection.request("GET", "/api/info")
         info = json.loads(connection.getresponse().read())

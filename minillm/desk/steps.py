@@ -1,7 +1,7 @@
 """The serving engine step by step, read from outside: after every `Engine.step`, each request's
 state and block table, each block's holders, the tokens drawn, the requests preempted.
 
-Nothing of the engine is changed: the model is wrapped to count the token positions each step
+The engine's code runs as it is: the model is wrapped to count the token positions each step
 computes (`Counted`), and the waiting queue is one that notes who is put back at its head
 (`Queue`): a preempted request waits at the head of the queue, every other joins at its end,
 so those are the step's preemptions (as many as `stats.preemptions` counts: tests/test_desk.py).
