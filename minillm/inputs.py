@@ -49,7 +49,7 @@ def check_prompts(prompt_ids, vocab_size: int, W: int) -> tuple[list[np.ndarray]
         if len(ids) > W:
             which = "prompt" + (f" {r}" if len(rows) > 1 else "")
             warnings.warn(f"{which}: {len(ids)} tokens, longer than the model's context of "
-                          f"{W}: only the last {W} are read", stacklevel=4)
+                          f"{W}: only the last {W} are read", stacklevel=3)
     return prompts, batch
 
 
