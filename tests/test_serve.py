@@ -247,11 +247,12 @@ def test_many_concurrent_streams_each_equal_alone(server, model, count):
         assert streamed == new_text(tok, ids, new, ends)  # equal to minillm.generate
         assert len(tokens) == len([t for t in new if t not in ends])  # none lost or doubled
         assert "".join(tokens) == streamed
-    # They ran together: far fewer engine steps than tokens.
+    # They ran together: on average at least 4 tokens a step (alone, each request would take a
+    # step per token; the longest takes 30 or 40 steps however they arrive).
     tokens = after["decode_tokens"] - before["decode_tokens"]
     assert tokens == sum(usage for usage in (
         events(lines)[-1]["usage"]["completion_tokens"] for lines in streams))
-    assert after["steps"] - before["steps"] < tokens / 8, (after, before)
+    assert after["steps"] - before["steps"] < tokens / 4, (after, before)
     assert after["running"] == after["waiting"] == after["blocks_in_use"] == 0
     # Each equals the same request sent alone (a sample of them, one at a time).
     for text, limit, lines in list(zip(texts, limits, streams))[::8]:
