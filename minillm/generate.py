@@ -36,8 +36,10 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
     a 2-D array). config: a GenerationConfig; knobs: any knob by name (max_new_tokens,
     temperature, top_k, top_p, min_p, repetition_penalty, penalty_window, seed, stop_tokens,
     stop_strings), replacing the config's. rng: a numpy Generator in place of the seed's.
-    A stop token, once emitted, is the last token of its row; so is the token that completes
-    a stop string in the row's new text (this needs the model's tokenizer).
+    A stop token, once emitted, is the last token of its row (by default the model's end
+    tokens, its tokenizer's eos_token_ids, so a chat's reply ends at <|im_end|>; pass
+    stop_tokens=() to run on); so is the token that completes a stop string in the row's new
+    text (this needs the model's tokenizer).
     return_logprobs: a Rollout per row instead (one Rollout for one prompt), with the
     log-probability of every new token; prompt_logprobs: score the prompt's tokens too.
     """

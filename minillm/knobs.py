@@ -7,6 +7,11 @@ and allowed values: the signatures, the command line's --help and the README's t
 knobs read it, and `checked` holds every value to it, so that the same bad value meets the
 same message everywhere. The default temperature is 1: the model's own distribution, like
 every other knob's default (off), so that a knob changes nothing unless it is asked to.
+The default stop tokens are None, "the model's end tokens": its tokenizer's eos_token_ids
+(end of text, and the end of a turn its chat template writes), read by generation_config once
+per request, so that a chat's reply ends where the model ends it, as in transformers; none
+for a model without a tokenizer, and an explicit () runs on. CHAT_DEFAULTS: the sampling
+knobs `minillm chat` starts from instead (llama.cpp's chain).
 """
 from __future__ import annotations
 
@@ -58,11 +63,18 @@ KNOBS = {
     "penalty_window": Knob(64, "how many of the most recent tokens the penalties look at", int,
                            1, allowed="an integer >= 1"),
     "seed": Knob(0, "the random generator's seed: same seed, same text (None: fresh entropy)"),
-    "stop_tokens": Knob((), "token ids that end a row once emitted"),
+    "stop_tokens": Knob(None, "token ids that end a row once emitted (None: the model's end "
+                              "tokens, its tokenizer's eos_token_ids; (): none)"),
     "stop_strings": Knob((), "texts that end a row once its new text contains one"),
     "k": Knob(4, "speculative decoding: guesses per target pass"),
     "ngram": Knob(3, "prompt lookup: the longest tail of the text it looks up"),
 }
+
+# `minillm chat`'s sampling defaults in place of KNOBS' (the model's own distribution, from
+# whose long tail a small chat model's reply goes astray): llama.cpp's default chain. llama.cpp
+# applies the temperature last, here it comes first (sampling.py), so the same numbers keep a
+# little less of the tail. The chat's --help and the README's table of knobs read this dict.
+CHAT_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 
 
 def default(name: str):
@@ -123,13 +135,14 @@ DEFAULT_SAMPLING = SamplingConfig()
 @dataclass(frozen=True)
 class GenerationConfig:
     """How many new tokens, the sampling knobs, the seed, the stop tokens (each, once emitted,
-    ends its row) and the stop strings (a row ends with the token that completes one of them
-    in its generated text; stopping.py)."""
+    ends its row; None: the model's end tokens, which generation_config reads off the model)
+    and the stop strings (a row ends with the token that completes one of them in its
+    generated text; stopping.py)."""
 
     max_new_tokens: int = default("max_new_tokens")
     sampling: SamplingConfig = DEFAULT_SAMPLING
     seed: int | None = default("seed")
-    stop_tokens: tuple[int, ...] = default("stop_tokens")
+    stop_tokens: tuple[int, ...] | None = default("stop_tokens")
     stop_strings: tuple[str, ...] = default("stop_strings")
 
     def __post_init__(self):
@@ -138,12 +151,13 @@ class GenerationConfig:
         if self.seed is not None and (isinstance(self.seed, bool)
                                       or not isinstance(self.seed, numbers.Integral)):
             raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
-        stops = tuple(self.stop_tokens)
-        for t in stops:
-            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                raise ValueError(f"stop_tokens: must be token ids (integers), got "
-                                 f"{list(stops)!r}")
-        object.__setattr__(self, "stop_tokens", tuple(sorted(set(map(int, stops)))))
+        if self.stop_tokens is not None:  # None stays: the model's end tokens, read later
+            stops = tuple(self.stop_tokens)
+            for t in stops:
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                    raise ValueError(f"stop_tokens: must be token ids (integers), got "
+                                     f"{list(stops)!r}")
+            object.__setattr__(self, "stop_tokens", tuple(sorted(set(map(int, stops)))))
         if isinstance(self.stop_strings, str):  # a string is a sequence too: of characters
             raise ValueError(f"stop_strings: must be a list of strings, got the string "
                              f"{self.stop_strings!r}; write [{self.stop_strings!r}]")
@@ -161,8 +175,9 @@ def generation_config(config: GenerationConfig | None = None, model=None,
                       **knobs) -> GenerationConfig:
     """`config` (default: every knob's default) with the knobs given by name replaced: the
     sampling knobs (temperature, top_k, top_p, min_p, penalties, penalty_window) and the
-    generation's (max_new_tokens, seed, stop_tokens, stop_strings). With a model, the stop
-    tokens must be ids of its vocabulary, and stop strings need its tokenizer."""
+    generation's (max_new_tokens, seed, stop_tokens, stop_strings). With a model, stop tokens
+    None become its end tokens (its tokenizer's eos_token_ids; none without a tokenizer), the
+    stop tokens must be ids of its vocabulary, and stop strings need its tokenizer."""
     if config is None:
         config = GenerationConfig()
     elif not isinstance(config, GenerationConfig):
@@ -178,6 +193,9 @@ def generation_config(config: GenerationConfig | None = None, model=None,
             own[name] = knobs.pop(name)
     if knobs:  # what is left are sampling knobs
         own["sampling"] = dataclasses.replace(config.sampling, **knobs)
+    if model is not None and own.get("stop_tokens", config.stop_tokens) is None:
+        tokenizer = getattr(model, "tokenizer", None)  # the model's end tokens, once a request
+        own["stop_tokens"] = () if tokenizer is None else tokenizer.eos_token_ids
     config = dataclasses.replace(config, **own) if own else config
     if model is not None:
         vocab = model.config.vocab_size

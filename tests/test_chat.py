@@ -257,3 +257,70 @@ def test_a_growing_chat_keeps_its_prompt_as_prefix(renderer):
     reply = tok.encode(ASSISTANT["content"]) + [257]
     second = chat_prompt_ids(tok, [USER, ASSISTANT, USER_AGAIN])
     assert common_prefix_length(first + reply, second) == len(first + reply)
+
+
+# -- a reply ends by itself; the chat command's sampling defaults ---------------------------
+
+END = 257  # chatml_tokenizer's <|im_end|>, its one end token
+
+
+def ending_chat_model():
+    """(model, prompt): a random model with chatml_tokenizer and a chat prompt, which it
+    answers with a few tokens and <|im_end|>, then (let run on) an invented next turn, greedy
+    and sampled with seed 2 alike: END's embedding, which is also its output row, is made
+    twice that of the fourth token it drew greedily before, so END outscores that token."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=256, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=1, dtype="float64", std=0.5)
+    tok = chatml_tokenizer()
+    prompt = chat_prompt_ids(tok, [USER])
+    fourth = minillm.generate(model, prompt, max_new_tokens=4, temperature=0)[-1]  # no stop
+    model.params["tok_emb.weight"][END] = 2 * model.params["tok_emb.weight"][fourth]
+    model.tokenizer = tok
+    return model, prompt
+
+
+@pytest.mark.parametrize("knobs", [dict(temperature=0), dict(temperature=1.0, seed=2)])
+def test_a_conversation_ends_each_reply_by_itself(knobs):
+    """With no stop_tokens a reply ends at the model's end token (its tokenizer's
+    <|im_end|>), as generate's does; stop_tokens=() runs on into an invented next turn."""
+    from minillm.conversation import Conversation, respond
+
+    model, prompt = ending_chat_model()
+    free = minillm.generate(model, prompt, max_new_tokens=12, stop_tokens=(),
+                            **knobs)[len(prompt):]
+    assert len(free) == 12 and free.count(END) == 1  # the reply, then the invented turn
+    reply = list(respond(Conversation(model), prompt, max_new_tokens=12, **knobs))
+    assert reply == free[:free.index(END) + 1] and len(reply) > 2
+    assert minillm.generate(model, prompt, max_new_tokens=12, **knobs)[len(prompt):] == reply
+    assert list(respond(Conversation(model), prompt, max_new_tokens=12, stop_tokens=(),
+                        **knobs)) == free
+
+
+def test_the_chat_command_samples_with_the_chat_defaults_and_stops_at_the_end_token(
+        tmp_path, monkeypatch, capsys):
+    """No knob flag: CHAT_DEFAULTS (llama.cpp's chain) and the tokenizer's end tokens; the
+    flags turn each filter off again."""
+    import io
+
+    import minillm.conversation as conversation
+    from minillm.cli import main
+    from minillm.knobs import CHAT_DEFAULTS, SamplingConfig
+
+    model, _ = ending_chat_model()
+    minillm.save(model, tmp_path / "chat.npz")
+    real, configs = conversation.respond, []
+
+    def respond(*args, **kwargs):
+        configs.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conversation, "respond", respond)
+    for flags in ([], ["--temperature", "1", "--top_k", "0", "--top_p", "1", "--min_p", "0"]):
+        monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+        assert main(["chat", "--model_path", str(tmp_path / "chat.npz"), *flags]) == 0
+    assert configs[0].sampling == SamplingConfig(**CHAT_DEFAULTS)
+    assert configs[1].sampling == SamplingConfig()  # every filter off: the model's own
+    assert configs[0].stop_tokens == configs[1].stop_tokens == (END,)
+    err = capsys.readouterr().err
+    assert "new tokens" in err and "200 new tokens" not in err  # each reply ended by itself

@@ -4,6 +4,7 @@ same bad ones with the same message; one table of defaults for the library, the 
 and the README."""
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import minillm
 from minillm.cli import build_parser
 from minillm.conversation import Conversation, respond
 from minillm.generate import stream
-from minillm.knobs import KNOBS
+from minillm.cli.common import knobs_of
+from minillm.knobs import CHAT_DEFAULTS, KNOBS, SAMPLING_KNOBS
 from minillm.knobs import GenerationConfig, generation_config
 from minillm.sampling import SamplingConfig
 from minillm.speculative import speculative_stream
@@ -21,26 +23,27 @@ from minillm.speculative import speculative_stream
 CFG = minillm.ModelConfig(arch="modern", vocab_size=20, context_length=16, d_model=8,
                           n_layers=1, n_heads=2)
 MODEL = minillm.random_model(CFG, seed=1, dtype="float64")
+PROMPT = [1, 2, 3]
 
 
 def run_plain(**kw):
-    return list(stream(MODEL, [1, 2, 3], **kw))
+    return list(stream(MODEL, PROMPT, **kw))
 
 
 def run_speculative(**kw):
-    return list(speculative_stream(MODEL, "ngram", [1, 2, 3], **kw))
+    return list(speculative_stream(MODEL, "ngram", PROMPT, **kw))
 
 
 def run_generate(**kw):
-    return minillm.generate(MODEL, [1, 2, 3], **kw)[3:]
+    return minillm.generate(MODEL, PROMPT, **kw)[len(PROMPT):]
 
 
 def run_speculative_generate(**kw):
-    return minillm.speculative_generate(MODEL, "ngram", [1, 2, 3], **kw)[0][3:]
+    return minillm.speculative_generate(MODEL, "ngram", PROMPT, **kw)[0][len(PROMPT):]
 
 
 def run_respond(**kw):
-    return list(respond(Conversation(MODEL), [1, 2, 3], **kw))
+    return list(respond(Conversation(MODEL), PROMPT, **kw))
 
 
 ENTRY_POINTS = [run_plain, run_speculative, run_generate, run_speculative_generate, run_respond]
@@ -126,6 +129,31 @@ def test_every_knob_reaches_every_entry_point_by_name_or_in_a_config(run):
 
 
 @pytest.mark.parametrize("run", ENTRY_POINTS)
+@pytest.mark.parametrize("knobs", [dict(temperature=0), dict(temperature=1.0, seed=6)])
+def test_every_entry_point_stops_at_the_models_end_tokens_unless_told_to_run_on(run, knobs,
+                                                                                 monkeypatch):
+    """stop_tokens' default, None, is the model's end tokens: its tokenizer's eos_token_ids
+    (here <|im_end|>), as transformers stops at the model's eos; stop_tokens=() runs on
+    through them, and a model without a tokenizer has none."""
+    from tests.test_chat import END, ending_chat_model
+
+    model, prompt = ending_chat_model()
+    monkeypatch.setattr(sys.modules[__name__], "MODEL", model)  # what the entry points run
+    monkeypatch.setattr(sys.modules[__name__], "PROMPT", prompt)
+    free = run(max_new_tokens=12, stop_tokens=(), **knobs)
+    assert len(free) == 12 and END in free[:-1]  # seed 6: speculative sampling draws it too
+    reply = free[:free.index(END) + 1]
+    assert run(max_new_tokens=12, **knobs) == run(max_new_tokens=12, stop_tokens=None,
+                                                 **knobs) == reply
+    assert generation_config(None, model).stop_tokens == (END,)
+    assert generation_config(None, model, stop_tokens=[]).stop_tokens == ()
+    assert generation_config().stop_tokens is None  # no model yet: resolved with one
+    model.tokenizer = None
+    assert run(max_new_tokens=12, **knobs) == free
+    assert generation_config(None, model).stop_tokens == ()
+
+
+@pytest.mark.parametrize("run", ENTRY_POINTS)
 def test_an_unknown_knob_is_named(run):
     with pytest.raises(TypeError, match="temprature: not a knob"):
         run(temprature=0.5)
@@ -143,13 +171,31 @@ def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme()
     commands = build_parser()._subparsers._group_actions[0].choices
     for command in ("generate", "chat", "next"):
         flags = {a.dest: a for a in commands[command]._actions}
+        own = CHAT_DEFAULTS if command == "chat" else {}  # chat's sampling defaults
         for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                      "frequency_penalty", "presence_penalty", "penalty_window") + (
                          ("max_new_tokens", "seed") if command != "next" else ()):
-            assert flags[name].default == default[name], (command, name)
+            assert flags[name].default == own.get(name, default[name]), (command, name)
             assert KNOBS[name].help in flags[name].help
+            if name in own:  # chat's help shows its own default
+                assert f"(default: {own[name]}, llama.cpp's; " in flags[name].help
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    rows = dict(re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+) \|", readme, re.M))
-    assert {name: rows[name] for name in KNOBS} == {name: str(value) for name, value in
-                                                     default.items()}
+    rows = {name: (library, chat) for name, library, chat in
+            re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+?) \| *([^|]*?) *\|", readme, re.M)}
+    assert {name: rows[name] for name in KNOBS} == {
+        name: (str(value), str(CHAT_DEFAULTS.get(name, ""))) for name, value in default.items()}
     assert SamplingConfig().temperature == 1.0  # the default temperature the README explains
+    assert set(CHAT_DEFAULTS) <= set(SAMPLING_KNOBS)
+    SamplingConfig(**CHAT_DEFAULTS)  # raises if a chat default is outside its knob's range
+
+
+def test_the_chat_command_samples_with_the_chat_defaults():
+    """`minillm chat` with no knob flag asks for CHAT_DEFAULTS; a flag replaces one."""
+    args = build_parser().parse_args(["chat", "--model_path", "m.npz"])
+    assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig(
+        **CHAT_DEFAULTS)
+    args = build_parser().parse_args(["chat", "--model_path", "m.npz", "--top_k", "0"])
+    assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig(
+        **dict(CHAT_DEFAULTS, top_k=None))
+    args = build_parser().parse_args(["generate", "x"])  # generate: the model's own
+    assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig()

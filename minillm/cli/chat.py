@@ -13,6 +13,11 @@ token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id
 <end_of_turn>, ...), a --stop text (not printed, and not kept in the conversation) or
 --max_new_tokens. The prompt starts with BOS when the tokenizer asks.
 
+The sampling knobs start from llama.cpp's chain, what chat users expect (temperature 0.8,
+top-k 40, top-p 0.95, min-p 0.05: minillm.knobs.CHAT_DEFAULTS), not from the model's own
+distribution that `minillm generate` samples; --temperature 0 is greedy, and --top_k 0,
+--top_p 1 or --min_p 0 turns a filter off.
+
 A model whose file carries no chat template (Gemma 3 270M, a base model, is one) chats only
 with --template FILE, a Jinja chat template such as the instruction-tuned model's: it takes the
 place of the model's own, and its end-of-turn tokens stop the replies.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ..knobs import CHAT_DEFAULTS, KNOBS
 from .common import (UsageError, add_knob_arguments, add_model_argument, add_stop_argument,
                      knobs_of, load_model, text_writer)
 
@@ -34,9 +40,21 @@ def add_arguments(parser) -> None:
                         help="a Jinja chat template (UTF-8 text) to use instead of the model's "
                              "own, e.g. for a model whose file has none")
     add_knob_arguments(parser)  # --max_new_tokens: the longest reply
+    use_chat_defaults(parser)
     add_stop_argument(parser)
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load")
+
+
+def use_chat_defaults(parser) -> None:
+    """The knob flags start from CHAT_DEFAULTS (llama.cpp's chain), each help saying so."""
+    parser.set_defaults(**CHAT_DEFAULTS)
+    for action in parser._actions:
+        if action.dest in CHAT_DEFAULTS:
+            knob = KNOBS[action.dest]
+            library = "unset" if knob.default is None else knob.default
+            action.help = (f"{knob.help} (default: {CHAT_DEFAULTS[action.dest]}, llama.cpp's; "
+                           f"minillm generate's: {library})")
 
 
 def run(args) -> int:
