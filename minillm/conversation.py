@@ -15,6 +15,7 @@ position 0, so the logits at every step are those of a fresh `generate` over the
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,9 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
     config = generation_config(config, model, **knobs)
     rng = random_generator(config, rng)
     W = model.config.context_length
+    if len(prompt) > W:  # said as generate says it of a long prompt (inputs.check_prompts)
+        warnings.warn(f"conversation: {len(prompt)} tokens, longer than the model's context of "
+                      f"{W}: only the last {W} are read", stacklevel=2)
     view = [int(t) for t in prompt][-W:]  # a prompt longer than the window: its newest W
     cache.reserve(min(W, len(view) + config.max_new_tokens))
     logits = sync(model, cache, conversation.cached, view)

@@ -154,3 +154,31 @@ def test_frequency_and_presence_penalties_on_the_command_line(files, capsys):
     best = int(np.argmax(probs))
     assert code == 0 and f"#{best} " in out and f"{probs[best]:7.4f}" in out
     assert "frequency_penalty 3.0, presence_penalty 2.0, penalty_window 64" in out
+
+
+def test_a_conversation_longer_than_the_context_is_cut_with_a_warning(capsys, monkeypatch,
+                                                                      tmp_path):
+    """conversation.respond says, as generate does of a long prompt, that it reads only the
+    last window; minillm chat shows it as one warning line."""
+    import warnings
+
+    from minillm.conversation import Conversation, respond
+    from tests.test_chat import chatml_tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=16, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=5)
+    with pytest.warns(UserWarning, match="^conversation: 20 tokens, longer than the model's "
+                                         "context of 16: only the last 16 are read$"):
+        list(respond(Conversation(model), list(range(1, 21)), max_new_tokens=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a conversation that fits: no warning
+        list(respond(Conversation(model), list(range(1, 17)), max_new_tokens=2))
+    model.tokenizer = chatml_tokenizer()
+    minillm.save(model, tmp_path / "chat.npz")
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello there, how are you?\n\n"))
+    assert main(["chat", "--model_path", str(tmp_path / "chat.npz"), "--temperature", "0",
+                 "--max_new_tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("minillm chat: warning: conversation: ") and (
+        "tokens, longer than the model's context of 16: only the last 16 are read\n" in err)
