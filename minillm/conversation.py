@@ -43,9 +43,10 @@ class Conversation:
 def respond(conversation: Conversation, prompt, config: GenerationConfig | None = None,
             rng=None, **knobs):
     """Yield the reply to `prompt` (the whole conversation, rendered and encoded) token by
-    token, reusing the cache; a stop token ends the reply and is yielded last. config and
-    knobs: as in minillm.generate; rng: a numpy Generator in place of the seed's (pass one
-    generator to every turn for one random stream across the conversation).
+    token, reusing the cache; a stop token ends the reply and is yielded last (by default the
+    model's end tokens, such as <|im_end|>: the reply ends by itself). config and knobs: as in
+    minillm.generate; rng: a numpy Generator in place of the seed's (pass one generator to
+    every turn for one random stream across the conversation).
 
     On return the cache holds the view's tokens up to the last one read (the final token
     yielded is never read: it is the reply's end, or the last of max_new_tokens).
