@@ -53,10 +53,10 @@ def profile(model, prompt, steps):
                                               weight_shape if name == "linear" else None))
         model_module.ACTIVATIONS = {k: timed(f, k, totals)
                                     for k, f in originals["ACTIVATIONS"].items()}
-        minillm.generate(model, prompt, max_new_tokens=4, temperature=0)  # warm-up
+        minillm.generate(model, prompt, max_new_tokens=4, temperature=0, stop_tokens=())  # warm-up
         totals.clear()
         start = time.perf_counter()
-        minillm.generate(model, prompt, max_new_tokens=steps, temperature=0)
+        minillm.generate(model, prompt, max_new_tokens=steps, temperature=0, stop_tokens=())
         wall = time.perf_counter() - start
     finally:
         for name, fn in originals.items():

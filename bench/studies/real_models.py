@@ -45,7 +45,7 @@ def minillm_runner(npz):
     model = minillm.load(npz)
 
     def run(prompt, n):
-        return timed(stream(model, prompt, max_new_tokens=n, temperature=0), n)
+        return timed(stream(model, prompt, max_new_tokens=n, temperature=0, stop_tokens=()), n)
     return model.tokenizer, run
 
 

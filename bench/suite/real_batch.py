@@ -49,7 +49,7 @@ def decode(model, prompts, n: int):
     texts = [[] for _ in prompts]
     start = time.perf_counter()
     first = start
-    for step in stream(model, prompts, max_new_tokens=n, temperature=0):
+    for step in stream(model, prompts, max_new_tokens=n, temperature=0, stop_tokens=()):
         if not texts[0]:
             first = time.perf_counter()
         for row, token in step.items():

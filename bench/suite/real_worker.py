@@ -62,7 +62,7 @@ def load_minillm(name, npz):
                                            else {}))
 
     def run(prompt, n):
-        return timed(stream(model, prompt, max_new_tokens=n, temperature=0), n)
+        return timed(stream(model, prompt, max_new_tokens=n, temperature=0, stop_tokens=()), n)
     about = "peak includes the float32 load before quantizing" if "int8" in name else ""
     return run, bytes_per_token(model), about
 

@@ -117,7 +117,7 @@ def test_a_random_gemma3_greedy_text_is_transformers_one():
                                eos_token_id=None, pad_token_id=0)[0].tolist()
     for use_cache in (True, False):
         assert minillm.generate(ours, prompt, max_new_tokens=40, temperature=0,
-                                use_cache=use_cache) == expected
+                                use_cache=use_cache, stop_tokens=()) == expected
 
 
 # -- the real Gemma 3 270M ------------------------------------------------------------------------
@@ -273,7 +273,8 @@ def test_64_greedy_tokens_cached_equal_uncached_and_transformers(ours, theirs, p
     ids = ours.tokenizer.encode(PROMPTS[prompt], add_special_tokens=True)
     if prompt != "capital":
         assert len(ids) > ours.config.sliding_window + 64
-    text = minillm.generate(ours, ids, max_new_tokens=64, temperature=0, use_cache=True)
+    text = minillm.generate(ours, ids, max_new_tokens=64, temperature=0, use_cache=True,
+                            stop_tokens=())  # as transformers with eos_token_id=None
     with torch.no_grad():
         expected = theirs.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=64,
                                    eos_token_id=None, pad_token_id=0)[0].tolist()
