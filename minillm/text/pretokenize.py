@@ -23,8 +23,17 @@ are not GPT-2's or Llama 3's on a "collapsed" text, one byte per character stand
 category; the written-out classes match the same characters. ``$`` is the end of the piece
 (ECMAScript and Oniguruma; Python's ``$`` would also match before a final newline). What
 remains different: a character assigned in a newer Unicode version than this Python's
-``unicodedata`` is classed as "other". The classes are built on the first non-ASCII text (a
-fraction of a second); ASCII text uses the short ASCII classes.
+``unicodedata`` is classed as "other".
+
+ASCII text runs on the short ASCII classes. Other text runs collapsed, as llama.cpp runs most:
+each non-ASCII character is replaced by one private-use character standing for its class
+(``STAND_INS``: letter, number, punctuation, mark, symbol, white space, other), the regex runs
+with the ASCII classes plus those stand-ins, and the text is cut where the collapsed text was
+cut. That holds for a regex whose only view of non-ASCII characters is through the classes
+(``collapsible``); any other (one naming non-ASCII characters, or using ``\\w`` or ``\\d``) runs
+on the text with the classes written out from the whole Unicode database, built on first use
+(a fraction of a second each). The collapsed form costs nothing to set up: a character's
+class is looked up the first time it is met.
 """
 from dataclasses import dataclass
 import functools
@@ -282,6 +291,129 @@ def check_rules(rules):
 ASCII_PATTERN = split_pattern(GPT2_REGEX, ascii_only=True)
 
 
+# ---------------------------------------------------------------------- the collapsed text
+
+# The private-use characters that stand for the classes of non-ASCII characters in the
+# collapsed text ("s": white space; "": any other character).
+STAND_INS = {"L": "\ue000", "N": "\ue001", "P": "\ue002", "M": "\ue003", "S": "\ue004",
+             "s": "\ue005", "": "\ue006"}
+# The non-ASCII characters that Python's re, ignoring case, takes for ASCII letters (İ, ı, ſ
+# and the Kelvin sign; tests/test_tokenizer_memory.py checks there are no others): they stay as
+# they are, so that Llama 3's (?i:'s) still matches "'ſ".
+CASE_FOLDS_TO_ASCII = "\u0130\u0131\u017f\u212a"
+
+
+def character_class(char):
+    """The key of ``STAND_INS`` for a character: "s" for white space, else the major general
+    category among L, N, P, M, S, else ""."""
+    if char in WHITE_SPACE:
+        return "s"
+    major = unicodedata.category(char)[0]
+    return major if major in MAJOR_CATEGORIES else ""
+
+
+class _StandIns(dict):
+    """str.translate's table from a code point to the collapsed text's, filled in as characters
+    are met (at most 2**16 of them kept): ASCII characters and ``CASE_FOLDS_TO_ASCII`` stay,
+    any other becomes the stand-in of its class."""
+
+    def __missing__(self, code):
+        char = chr(code)
+        if code < 128 or char in CASE_FOLDS_TO_ASCII:
+            collapsed = code
+        else:
+            collapsed = ord(STAND_INS[character_class(char)])
+        if len(self) < 1 << 16:
+            self[code] = collapsed
+        return collapsed
+
+
+COLLAPSE = _StandIns()
+
+
+def collapse(text):
+    """The collapsed text: as long as ``text``, each non-ASCII character its class's stand-in."""
+    return text.translate(COLLAPSE)
+
+
+# Escapes that look at a character only through the classes (or not at all), besides \p{..}
+# and escaped punctuation.
+_CLASS_ESCAPES = {r"\s", r"\S", r"\r", r"\n", r"\t", r"\f", r"\v"}
+
+
+@functools.lru_cache(maxsize=None)
+def collapsible(regex):
+    """Whether ``regex`` cuts the collapsed text where it would cut the text itself.
+
+    It does when it has ``\\p{..}`` classes (else the collapsed text gains nothing), all its
+    characters are ASCII, its escapes are ``\\p{..}``, ``\\s``, ``\\S``, ``\\r``, ``\\n``,
+    ``\\t``, ``\\f``, ``\\v`` or punctuation (not ``\\w``, ``\\d``, ``\\b`` or a back
+    reference, which see the characters themselves), and a part that ignores case, ``(?i:...)``,
+    holds literal characters only (ignoring case, a class could take a character for its
+    other-case partner of another category).
+    """
+    if r"\p{" not in regex or not regex.isascii():
+        return False
+    pieces = re.findall(r"\\p\{\w+\}|\\.|.", regex, flags=re.DOTALL)
+    depth, ignoring_case, in_class = 0, None, False
+    for i, piece in enumerate(pieces):
+        if len(piece) == 2 and piece[0] == "\\" and piece[1].isalnum() and (
+                piece not in _CLASS_ESCAPES):
+            return False
+        if ignoring_case is not None and (piece in ("[", ".", r"\s", r"\S")
+                                          or piece.startswith(r"\p")):
+            return False
+        if in_class:
+            in_class = piece != "]"
+        elif piece == "[":
+            in_class = True
+        elif piece == "(":
+            depth += 1
+            flags = ""
+            if pieces[i + 1:i + 2] == ["?"]:
+                for flag in pieces[i + 2:]:
+                    if not (flag.isalpha() or flag == "-"):
+                        break
+                    flags += flag
+            if "i" in flags and ignoring_case is None:
+                if pieces[i + 2 + len(flags):i + 3 + len(flags)] != [":"]:
+                    return False  # (?i) for the whole regex
+                ignoring_case = depth
+        elif piece == ")":
+            if ignoring_case == depth:
+                ignoring_case = None
+            depth -= 1
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def collapsed_class_body(name):
+    """The body of the class ``name`` (as ``class_body``) for the collapsed text: its ASCII
+    characters and its stand-in (and, for letters, ``CASE_FOLDS_TO_ASCII``)."""
+    body = class_body(name, ascii_only=True)
+    if body is None:
+        return None
+    key = "s" if name == r"\s" else name[3:-1]
+    return body + STAND_INS[key] + (CASE_FOLDS_TO_ASCII if key == "L" else "")
+
+
+@functools.lru_cache(maxsize=None)
+def collapsed_pattern(regex):
+    """A collapsible pre-tokenizer regex compiled for the collapsed text (one capturing group,
+    as ``split_pattern``)."""
+    return re.compile("(" + to_python_regex(regex, collapsed_class_body) + ")")
+
+
+def split_collapsed(pattern, text):
+    """``split_isolated`` of the collapsed text, the pieces cut from ``text`` itself."""
+    pieces, start = [], 0
+    for piece in pattern.split(collapse(text)):
+        if piece:
+            pieces.append(text[start:start + len(piece)])
+            start += len(piece)
+    return pieces
+
+
 def gpt2_split_pattern():
     """GPT-2's word pattern for any Unicode text, with \\p{L}, \\p{N} and \\s spelled out."""
     return split_pattern(GPT2_REGEX)
@@ -324,8 +456,13 @@ def pre_tokenize(text, rules):
     ascii_only = text.isascii()
     pieces = [text]
     for regex in rules.regexes:
-        pattern = split_pattern(regex, ascii_only)
-        split = (split_isolated_wide if rules.engine == "llama.cpp" and r"\p{" not in regex
-                 and not ascii_only else split_isolated)
+        if ascii_only:
+            pattern, split = split_pattern(regex, ascii_only=True), split_isolated
+        elif collapsible(regex):
+            pattern, split = collapsed_pattern(regex), split_collapsed
+        else:
+            pattern = split_pattern(regex)
+            split = (split_isolated_wide if rules.engine == "llama.cpp" and r"\p{" not in regex
+                     else split_isolated)
         pieces = [word for piece in pieces for word in split(pattern, piece)]
     return pieces

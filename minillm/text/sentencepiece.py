@@ -20,6 +20,9 @@ prefix added.
 """
 from dataclasses import dataclass
 import heapq
+from operator import add
+
+import numpy as np
 
 SPACE = "\u2581"  # ▁
 
@@ -51,12 +54,13 @@ def byte_token(byte):
     return f"<0x{byte:02X}>"
 
 
-def merge_by_priority(symbols, priority):
+def merge_by_priority(symbols, priority, join=add):
     """Join adjacent symbols, best first, until no adjacent pair has a priority.
 
     ``priority(left, right)`` is a sortable key (smaller is better) or None (never joined);
-    among equal keys the leftmost pair goes first. A heap holds the candidate pairs; one that
-    a join has made stale (its left or right symbol changed) is skipped when it comes up.
+    among equal keys the leftmost pair goes first; ``join(left, right)`` is the symbol two
+    make (strings: their concatenation). A heap holds the candidate pairs; one that a join has
+    made stale (its left or right symbol changed) is skipped when it comes up.
     """
     symbols = list(symbols)
     following = list(range(1, len(symbols))) + [-1]   # a linked list over the symbols
@@ -77,7 +81,7 @@ def merge_by_priority(symbols, priority):
         right = following[left]
         if symbols[left] != left_text or right < 0 or symbols[right] != right_text:
             continue  # stale: one side has been joined to something else since
-        symbols[left], symbols[right] = left_text + right_text, None
+        symbols[left], symbols[right] = join(left_text, right_text), None
         following[left] = following[right]
         if following[right] >= 0:
             preceding[following[right]] = left
@@ -86,24 +90,56 @@ def merge_by_priority(symbols, priority):
     return [s for s in symbols if s is not None]
 
 
+def code_points(text):
+    """The code points of a text, as a NumPy array (a lone surrogate included)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
+
+
+def pair_codes(codes):
+    """One number for each two adjacent code points: ``first * 2**21 + second``."""
+    return (codes[:-1] << 21) | codes[1:]
+
+
 def joinable_pairs(vocab):
-    """Every two characters that stand side by side inside some token, or None when a token
-    longer than a byte token starts like one (then a byte token might join a neighbour)."""
-    if any(token.startswith("<0x") and len(token) > 6 for token in vocab):
+    """Every two characters that stand side by side inside some token (``pair_codes``, sorted),
+    or None when a token longer than a byte token starts like one (then a byte token might
+    join a neighbour)."""
+    tokens = list(vocab)
+    codes = code_points("".join(tokens))  # every token, one after the other
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    ends = np.cumsum(lengths)
+    first = (ends - lengths)[lengths > 6]  # where each token longer than a byte token starts
+    if np.any((codes[first] == ord("<")) & (codes[first + 1] == ord("0"))
+              & (codes[first + 2] == ord("x"))):
         return None
-    return {token[i:i + 2] for token in vocab for i in range(len(token) - 1)}
+    inside = np.ones(max(len(codes) - 1, 0), dtype=bool)  # the pair at i: codes i and i + 1
+    ends = ends[(ends > 0) & (ends < len(codes))]
+    inside[ends - 1] = False  # the last character of a token and the first of the next
+    return np.unique(pair_codes(codes)[inside])
 
 
-def independent_parts(text, pairs):
-    """``text`` cut between every two characters that no token holds side by side.
+def independent_parts(text, pairs, at_spaces=False):
+    """``text`` cut between every two characters that no token holds side by side (and, with
+    ``at_spaces``, before every ``▁``: Metaspace's words).
 
     A join makes a token holding the two characters at its seam, so no join ever crosses such
     a cut: merging each part alone gives the same pieces as merging the whole text (and the
-    parts, mostly words, can be cached). ``pairs``: ``joinable_pairs``; None: no cut.
+    parts, mostly words, can be cached). ``pairs``: ``joinable_pairs``; None: no such cut.
+    The seams are looked up all at once, in NumPy.
     """
-    if pairs is None:
+    if len(text) < 2:
         return [text]
-    cuts = [i for i in range(1, len(text)) if text[i - 1:i + 1] not in pairs]
+    codes = code_points(text)
+    cut = np.zeros(len(text) - 1, dtype=bool)  # cut[i]: between characters i and i + 1
+    if pairs is not None and len(pairs) == 0:
+        cut[:] = True
+    elif pairs is not None:
+        seams = pair_codes(codes)
+        found = np.minimum(np.searchsorted(pairs, seams), len(pairs) - 1)
+        cut = pairs[found] != seams
+    if at_spaces:
+        cut |= codes[1:] == ord(SPACE)
+    cuts = (np.flatnonzero(cut) + 1).tolist()
     return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
 
 
@@ -115,11 +151,10 @@ def by_score(vocab, scores):
     return priority
 
 
-def by_rank(ranks):
-    """The Rust library's priority: the rank of the pair in the merge list (lower first)."""
-    def priority(left, right):
-        return ranks.get((left, right))
-    return priority
+def by_rank(merges):
+    """The Rust library's priority: the rank of the pair in the merge list (lower first), for
+    symbols of a ``MergeTable``."""
+    return merges.rank
 
 
 def pieces_to_ids(pieces, vocab, unk_id):

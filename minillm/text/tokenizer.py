@@ -32,7 +32,7 @@ import copy
 from dataclasses import replace
 import re
 
-from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_level_bpe, merge_ranks  # noqa: F401 (re-exported)
+from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, MergeTable, byte_level_bpe  # noqa: F401 (re-exported)
 from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
                             initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
@@ -64,7 +64,6 @@ class Tokenizer:
         ``config``: a ``TokenizerConfig``; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``
         (by default, the tokens so named)."""
         self.vocab = dict(vocab)
-        self.ranks = merge_ranks(merges)
         self.sentencepiece = sentencepiece
         if sentencepiece is None:
             self.rules = pre_tokenizer if isinstance(pre_tokenizer, Rules) else rules_named(
@@ -83,12 +82,14 @@ class Tokenizer:
         self.special_tokens = {t["content"]: t["id"] for t in added_tokens
                                if t.get("special", False)}
         self.vocab.update(self.added_tokens)
-        self.id_to_token = {i: token for token, i in self.vocab.items()}
-        self.vocab_size = max(self.id_to_token) + 1 if self.id_to_token else 0
+        self.id_to_token = tokens_by_id(self.vocab)
+        self.vocab_size = len(self.id_to_token)
+        self.ranks = MergeTable(merges, self.vocab, self.id_to_token)
         if sentencepiece is None:
             byte_tokens = ()
         elif byte_tokens is None:
-            byte_tokens = [i for t, i in self.vocab.items() if re.fullmatch(r"<0x[0-9A-F]{2}>", t)]
+            byte_tokens = [i for t, i in self.vocab.items()
+                           if len(t) == 6 and re.fullmatch(r"<0x[0-9A-F]{2}>", t)]
         self.byte_tokens = set(byte_tokens)
         self.config = config if config is not None else TokenizerConfig()
         if self.pre_tokenizer is not None and self.config.pre_tokenizer != self.pre_tokenizer:
@@ -104,11 +105,11 @@ class Tokenizer:
             raise ValueError("tokenizer config: add_bos_token is true, but there is no bos_token")
         if self.add_eos_token and self.eos_token_id is None:
             raise ValueError("tokenizer config: add_eos_token is true, but there is no eos_token")
-        # Longest first, so that the regex alternation picks the longest added token.
-        by_length = sorted(self.added_tokens, key=len, reverse=True)
-        self._added_pattern = (re.compile("|".join(map(re.escape, by_length)))
-                               if by_length else None)
-        self._source_json = source_json
+        self._added_pattern = longest_match_pattern(self.added_tokens)
+        # The original file for to_json, kept as UTF-8: a str with one character past U+FFFF
+        # (an emoji) takes four bytes for every character.
+        self._source_json = (None if source_json is None
+                             else source_json.encode("utf-8", "surrogatepass"))
         self._cache = {}
         self._joinable = False
 
@@ -172,7 +173,7 @@ class Tokenizer:
     def to_json(self):
         """The tokenizer.json text: the original text when read with ``from_json``."""
         if self._source_json is not None:
-            return self._source_json
+            return self._source_json.decode("utf-8", "surrogatepass")
         return to_tokenizer_json(self)
 
     def __len__(self):
@@ -230,19 +231,22 @@ class Tokenizer:
         prefix = ((sp.space_prefix == "every" or (sp.space_prefix == "first" and at_start))
                   and (sp.prefix_before_space or not text.startswith(" ")))
         text = escape_spaces(text, prefix)
-        words = re.findall(f"[^{SPACE}]+|{SPACE}[^{SPACE}]*", text) if sp.split_words else [text]
         if self._joinable is False:  # computed on first use
             self._joinable = joinable_pairs(self.vocab)
         ids = []
-        for word in (part for w in words for part in independent_parts(w, self._joinable)):
+        # The independent parts; with split_words (Metaspace) also cut before every ▁.
+        for word in independent_parts(text, self._joinable, at_spaces=sp.split_words):
             word_ids = self._cache.get(word)
             if word_ids is None:
                 if sp.scores is not None:  # llama.cpp: characters merged by score
                     pieces = merge_by_priority(word, by_score(self.vocab, sp.scores))
                 else:  # the Rust library: byte-fallback symbols merged by rank
-                    unk = self.id_to_token.get(self.unk_token_id)
+                    merges = self.ranks
+                    unk = self.token_of(self.unk_token_id)
                     symbols = initial_symbols(word, self.vocab, sp.byte_fallback, unk)
-                    pieces = merge_by_priority(symbols, by_rank(self.ranks))
+                    symbols = merge_by_priority(list(map(merges.symbol, symbols)),
+                                                by_rank(merges), merges.join)
+                    pieces = list(map(merges.text, symbols))
                 word_ids = pieces_to_ids(pieces, self.vocab, self.unk_token_id)
                 if len(word) < 1000:
                     if len(self._cache) >= 100_000:
@@ -253,9 +257,15 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ decoding
 
+    def token_of(self, token_id):
+        """The token string of an id, or None (None, or an id without a token)."""
+        if token_id is None or not 0 <= token_id < len(self.id_to_token):
+            return None
+        return self.id_to_token[token_id]
+
     def token_bytes(self, token_id):
         """The bytes one token stands for (an added token: its text in UTF-8)."""
-        token = self.id_to_token.get(int(token_id))
+        token = self.token_of(int(token_id))
         if token is None:
             raise ValueError(f"token id {token_id} is not in the vocabulary")
         if token in self.added_tokens:
@@ -287,6 +297,54 @@ class Tokenizer:
     def stream_decoder(self, skip_special_tokens=False):
         """A ``StreamDecoder`` for printing tokens as they are generated."""
         return StreamDecoder(self, skip_special_tokens)
+
+
+def tokens_by_id(vocab):
+    """[token of id 0, of id 1, ...] from {token: id} (None where an id has no token; of two
+    tokens with one id, the later)."""
+    if vocab and min(vocab.values()) < 0:
+        raise ValueError("token ids must not be negative")
+    tokens = [None] * (max(vocab.values()) + 1 if vocab else 0)
+    for token, token_id in vocab.items():
+        tokens[token_id] = token
+    return tokens
+
+
+def longest_match_pattern(tokens):
+    """A regex matching, at the leftmost place it can, the longest of ``tokens`` (None when
+    there are none).
+
+    The tokens are written as a trie, ``a(?:b(?:c)?|x)``: at each place the regex follows the
+    text down the tree as far as a token ends, so it tries a few characters where a list of
+    alternatives (Gemma 3 has 6,414 added tokens) would try every token.
+    """
+    if not tokens:
+        return None
+    trie = {}
+    for token in tokens:
+        node = trie
+        for char in token:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a token ends here
+
+    def written(node):
+        branches = []
+        for char, child in node.items():
+            if char:
+                text = re.escape(char)
+                while len(child) == 1 and "" not in child:  # a chain of single characters
+                    (char, child), = child.items()
+                    text += re.escape(char)
+                branches.append(text + written(child))
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    try:
+        return re.compile(written(trie))
+    except RecursionError:  # a trie deeper than Python's recursion: the list, longest first
+        return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
 
 
 def same_tokens(a: Tokenizer, b: Tokenizer) -> bool:

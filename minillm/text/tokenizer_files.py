@@ -281,7 +281,7 @@ def to_tokenizer_json(tok):
         decoder = {"type": "ByteLevel", "add_prefix_space": tok.add_prefix_space,
                    "trim_offsets": True, "use_regex": True}
         normalizer = None
-        merges = [[a, b] for (a, b), _ in sorted(tok.ranks.items(), key=lambda kv: kv[1])]
+        merges = tok.ranks.merge_list()
     else:
         sp = tok.sentencepiece
         normalizer, pre_tokenizer = _sentencepiece_json(sp)
@@ -294,9 +294,9 @@ def to_tokenizer_json(tok):
             normal = set(tok.vocab.values()) - set(tok.added_tokens.values()) - tok.byte_tokens
             merges = merges_from_scores(tok.vocab, sp.scores, normal)
         else:
-            merges = [[a, b] for (a, b), _ in sorted(tok.ranks.items(), key=lambda kv: kv[1])]
+            merges = tok.ranks.merge_list()
         model.update(byte_fallback=sp.byte_fallback, fuse_unk=True,
-                     unk_token=tok.id_to_token.get(tok.unk_token_id))
+                     unk_token=tok.token_of(tok.unk_token_id))
     model["merges"] = merges
     # Added tokens are in the model's vocabulary too (tok.vocab holds them): the Rust
     # library keeps their ids only then.
