@@ -95,11 +95,13 @@ class Model:
 
         Without a cache the tokens are the whole text. With one, they continue the text the
         cache holds: their keys and values are written at rows [length, length + T), they
-        attend to everything cached, and `cache.length` grows by T.
+        attend to everything cached, and `cache.length` grows by T. (A `packed` cache holds
+        several texts end to end in one row and gives the positions and the mask itself.)
         pad: (B,) count of left-padding tokens per row (ragged batches); with a cache it is
         given once, at prefill, and remembered.
-        last: return only the logits of the last `last` positions, (B, last, V); a prefill
-        needs one row, and skipping the others saves most of the output layer's work.
+        last: return only the logits of the last `last` positions, (B, last, V), or of the
+        positions listed (an index array, (B, len(last), V)); a prefill needs one row, and
+        skipping the others saves most of the output layer's work.
         """
         cfg, w = self.config, self.params
         tokens = check_tokens(tokens, cfg.vocab_size)
@@ -117,12 +119,15 @@ class Model:
             if pad is not None:  # the one place a cache learns its rows' padding (but a slide)
                 cache.pad = check_pad(pad, B, cache.capacity)  # may outlast this first chunk
             pad = cache.pad
-        positions, mask = positions_and_mask(B, T, start, pad)
+        packed = getattr(cache, "packed", False)  # texts end to end in one row (serving)
+        positions, mask = cache.positions_and_mask() if packed else \
+            positions_and_mask(B, T, start, pad)
         self._grow_rope(int(np.max(start)) + T)  # the furthest any row reaches
         # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
         seen = [(0, mask)] * cfg.n_layers
         if cfg.sliding_window is not None:
-            window = sliding_window(mask, start, T, cfg.sliding_window)
+            window = cache.sliding_window(mask, cfg.sliding_window) if packed else \
+                sliding_window(mask, start, T, cfg.sliding_window)
             seen = [window if local else every for local, every in zip(self._local, seen)]
 
         x = w["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
@@ -139,8 +144,8 @@ class Model:
             x += self._norm(h, name + "mlp_post_norm") if cfg.post_norms else h
         if cache is not None:
             cache.advance(T)
-        if last is not None:
-            x = x[:, -last:]  # the output layer only where logits are wanted
+        if last is not None:  # the output layer only where logits are wanted
+            x = x[:, -last:] if np.ndim(last) == 0 else x[:, last]
         return linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
 
     # -- the pieces of forward -------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 - Paged KV cache: logits through the block pool, rows at their own positions, equal the
   contiguous cache's (float64, 1e-12) for drawn block sizes, texts, chunkings and rollbacks,
-  both architectures and Gemma 3's options (local layers included).
+  both architectures and Gemma 3's options (local layers included); so do those of a packed
+  pass (requests of different chunk lengths end to end in one row), reference and fast path.
 - Prefix caching: the same outputs with and without it, and the shared beginning computed once.
 - Continuous batching, as a Hypothesis state machine: any interleaving of add_request, step
   and abort, any knobs and seeds, any pool that fits the largest request: every request's tokens
@@ -20,7 +21,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 
 import minillm
 from minillm.serving import Engine
-from minillm.serving.blocks import BlockPool, PagedBatch, blocks_for
+from minillm.serving.blocks import BlockPool, PackedBatch, PagedBatch, blocks_for
 from minillm.testing.strategies import model_configs
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=30,
@@ -74,6 +75,40 @@ def test_paged_logits_equal_the_contiguous_cache(data, config):
         for r, cache in enumerate(caches):
             alone = model.forward(chunk[r:r + 1], cache)
             np.testing.assert_allclose(paged[r:r + 1], alone, rtol=0, atol=1e-12)
+        length = batch.length
+        np.testing.assert_array_equal(length, [c.length for c in caches])
+
+
+@SETTINGS
+@given(data=st.data(), config=model_configs(context_length=24))
+def test_a_packed_pass_equals_each_request_alone(data, config):
+    """Requests at different points of their texts computing different numbers of tokens, end
+    to end in one packed row (PackedBatch), over a pass or two: every position's logits equal
+    each request's own contiguous cache's, on the reference model and the fast path."""
+    model = minillm.random_model(config, seed=data.draw(st.integers(0, 99)), dtype="float64",
+                                 std=0.5)
+    fast = data.draw(st.booleans(), label="fast")
+    run = minillm.fast.accelerate(model) if fast else model
+    V, W = config.vocab_size, config.context_length
+    bs = data.draw(st.integers(1, 5), label="block_size")
+    R = data.draw(st.integers(1, 4), label="requests")
+    texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W)) for _ in range(R)]
+    pool = BlockPool.empty(config.n_layers, R * blocks_for(W, bs), config.n_kv_heads, bs,
+                           config.head_dim, model.dtype)
+    tables = [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in range(R)]
+    caches = [model.new_cache(1) for _ in range(R)]
+    length = np.zeros(R, dtype=int)
+    for _ in range(data.draw(st.integers(1, 2), label="passes")):
+        counts = np.array([data.draw(st.integers(1, max(1, (W - n) // 2)), label="n")
+                           for n in length])
+        chunks = [texts[r][length[r]:length[r] + counts[r]] for r in range(R)]
+        batch = PackedBatch(pool, tables, length.copy(), counts)
+        packed = run.forward(np.concatenate(chunks)[None], batch)[0]  # (T, V)
+        ends = np.cumsum(counts)
+        for r, cache in enumerate(caches):
+            alone = model.forward(np.array([chunks[r]]), cache)[0]
+            np.testing.assert_allclose(packed[ends[r] - counts[r]:ends[r]], alone, rtol=0,
+                                       atol=1e-12)
         length = batch.length
         np.testing.assert_array_equal(length, [c.length for c in caches])
 

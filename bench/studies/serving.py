@@ -178,7 +178,8 @@ class EngineRun:
 
 
 class Counted:
-    """The model, its forward passes counted (the engine runs one per chunk length a step)."""
+    """The model, its forward passes counted (the engine runs one a step, and one per
+    speculative round)."""
 
     def __init__(self, model):
         self.model, self.passes = model, 0

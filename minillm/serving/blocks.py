@@ -110,8 +110,9 @@ class PagedBatch:
         if self.where is None:  # the same blocks for every layer: found once per pass
             self.where = self.blocks_of_new_positions(T)
         blocks, offsets, tables, end = self.where
-        self.pool.k[layer, blocks, :, offsets] = k.transpose(0, 2, 1, 3)  # (B, T, K, d)
-        self.pool.v[layer, blocks, :, offsets] = v.transpose(0, 2, 1, 3)
+        # (B, T, K, d), copied whole first (PackedBatch.append says why)
+        self.pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+        self.pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v.transpose(0, 2, 1, 3))
         keys = gather(self.pool.k[layer, tables])[:, :, :end]  # (B, K, S, d)
         values = gather(self.pool.v[layer, tables])[:, :, :end]
         return keys, values
@@ -135,3 +136,70 @@ class PagedBatch:
         """Forget every position from n on (one row: speculative decoding's rollback); the
         blocks past it are the engine's to give back."""
         self.length, self.where = int(n), None
+
+
+@dataclass(eq=False)
+class PackedBatch:
+    """One forward pass for requests computing different numbers of tokens (a step's decodes
+    and prompt chunks together): their new tokens laid end to end in one row of T = sum_r n_r
+    tokens, as variable-length attention batches them (FlashAttention's varlen, vLLM). The
+    linear layers, norms and RoPE see one (1, T) row, each token at its own position; attention
+    keeps each text to itself:
+
+        query i (request r_i, position p_i) sees key j (request r_j, position p_j)
+            iff r_i = r_j and p_j <= p_i            (and p_i - p_j < W in a local layer)
+
+    The keys are every request's blocks end to end, in request order, gathered at once; the
+    positions past a request's end that its last block holds are hidden by the same rule. The
+    Model's cache protocol, plus `packed`: the model then takes the positions and the mask from
+    here (positions_and_mask, sliding_window)."""
+
+    pool: BlockPool
+    tables: list  # per request, its block ids (holding blocks for the new positions)
+    length: np.ndarray  # (R,) positions computed per request
+    counts: np.ndarray  # (R,) new tokens per request, laid end to end in this order
+    pad: None = None
+    packed: bool = True
+
+    def __post_init__(self):
+        bs, R = self.pool.block_size, len(self.tables)
+        ends = self.length + self.counts
+        held = blocks_for(ends, bs) * bs  # (R,) positions of the blocks each request reads
+        self.blocks = np.concatenate([table[:n // bs] for table, n in zip(self.tables, held)])
+        self.query = (np.repeat(np.arange(R), self.counts),  # (T,) request and position
+                      np.concatenate([np.arange(s, e) for s, e in zip(self.length, ends)]))
+        self.key = (np.repeat(np.arange(R), held),  # (S,) request and position of each key
+                    np.concatenate([np.arange(n) for n in held]))
+        new = np.repeat(np.cumsum(held) - held, self.counts) + self.query[1]  # (T,) among keys
+        self.new = self.blocks[new // bs], new % bs  # the new positions' blocks and offsets
+
+    def check_fits(self, shape, dtype) -> None:
+        pool = self.pool.k
+        if (pool.shape[0], 1, pool.shape[2], pool.shape[4]) != shape or pool.dtype != dtype:
+            raise ValueError(f"cache: a block pool of {pool.shape} / {pool.dtype} for one "
+                             f"packed row does not fit this model and batch (expected {shape} "
+                             f"/ {dtype})")
+
+    def positions_and_mask(self):
+        """Positions (1, T) and the mask (T, S): a query sees its own text's keys, up to its
+        own position."""
+        (rq, pq), (rk, pk) = self.query, self.key
+        return pq[None], (rq[:, None] == rk) & (pk <= pq[:, None])
+
+    def sliding_window(self, mask, window: int):
+        """A local layer's view, as layers.sliding_window: (0, the mask with p_i - p_j < W)."""
+        return 0, mask & (self.query[1][:, None] - self.key[1] < window)
+
+    def append(self, layer: int, k: np.ndarray, v: np.ndarray):
+        """Write the new keys and values k, v (1, K, T, d) in each request's blocks and return
+        every request's blocks end to end, (1, K, S, d)."""
+        blocks, offsets = self.new  # (T, K, d) each, copied whole first: a scattered write
+        # from a strided source copies element by element, 200 times slower
+        self.pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k[0].transpose(1, 0, 2))
+        self.pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v[0].transpose(1, 0, 2))
+        return (gather(self.pool.k[layer, self.blocks][None]),
+                gather(self.pool.v[layer, self.blocks][None]))
+
+    def advance(self, n: int) -> None:
+        """Every request's new tokens are computed (n = T, all of them)."""
+        self.length = self.length + self.counts

@@ -6,14 +6,14 @@
         for out in engine.step():      # out.request_id, out.token, out.logprob, out.finished
             ...
 
-A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` with the
-block pool as the cache (blocks.py: rows of the same chunk length share one pass, each row at
-its own position), then draws a token for every request whose text is now fully computed, with
-that request's own knobs and random generator, and lets finished requests go. Each request's
-tokens and log-probabilities are those of `generate(model, [prompt], seed=..., **knobs)` run
-alone (tests/test_serving.py): the same logits (up to rounding, float64), the same draws.
-A request is refused when its prompt and new tokens could pass the context (the engine does
-not slide the window) or the pool.
+A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` in one
+pass with the block pool as the cache (blocks.py: a row per request when all compute one token,
+else their chunks end to end in one packed row), then draws a token for every request whose
+text is now computed, with its own knobs and random generator, and lets finished requests go.
+Each request's tokens and log-probabilities are those of `generate(model, [prompt], seed=...,
+**knobs)` run alone (tests/test_serving.py): the same logits (up to rounding, float64), the
+same draws. A request is refused when its prompt and new tokens could pass the context (the
+engine does not slide the window) or the pool.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ..logprobs import score
 from ..sampling import choose, filtered_probs
 from ..speculative import make_drafter, score_round, speculative_round
 from ..stopping import start_text
-from .blocks import BlockPool, PagedBatch, blocks_for
+from .blocks import BlockPool, PackedBatch, PagedBatch, blocks_for
 from .prefix_cache import PrefixCache
 from .scheduler import Request, release, schedule
 
@@ -153,23 +153,35 @@ class Engine:
         """Run one step: the scheduled chunks through the model, a token for every request
         whose text is computed; returns what each of those produced."""
         work = schedule(self)
-        by_length = {}
-        outputs = []
+        outputs, chunks = [], []
         for request, n in work:
             if request.rounds(n):  # a round of its own: guesses, one pass, accept, roll back
                 outputs += self._speculate(request, n - request.todo)
             else:
-                by_length.setdefault(n, []).append(request)
-        for n, rows in by_length.items():
-            starts = np.array([r.computed for r in rows])
-            tokens = np.array([r.text[r.computed:r.computed + n] for r in rows])  # (B, n)
-            batch = PagedBatch(self.pool, [r.table for r in rows], starts)
-            logits = self.model.forward(tokens, batch, last=1)[:, -1]  # (B, V)
-            for request, z in zip(rows, logits):
-                self._computed(request, n)
-                if request.computed == len(request.text):
-                    outputs.append(self._draw(request, z))
+                chunks.append((request, n))
+        outputs += self._forward(chunks) if chunks else []
         self.counts.steps += 1
+        return outputs
+
+    def _forward(self, chunks) -> list[Output]:
+        """One forward pass for every request's chunk: a row each when they all compute the
+        same number of tokens (decoding), else end to end in one packed row (PackedBatch); a
+        token for each request whose text is then computed."""
+        tables, starts = [r.table for r, _ in chunks], np.array([r.computed for r, _ in chunks])
+        counts = np.array([n for _, n in chunks])
+        texts = [r.text[r.computed:r.computed + n] for r, n in chunks]
+        if (counts == counts[0]).all():
+            batch = PagedBatch(self.pool, tables, starts)
+            logits = self.model.forward(np.array(texts), batch, last=1)[:, -1]  # (R, V)
+        else:  # the logits of each request's last new token in the row
+            batch = PackedBatch(self.pool, tables, starts, counts)
+            logits = self.model.forward(np.concatenate(texts)[None], batch,
+                                        last=np.cumsum(counts) - 1)[0]  # (R, V)
+        outputs = []
+        for (request, n), z in zip(chunks, logits):
+            self._computed(request, n)
+            if request.computed == len(request.text):
+                outputs.append(self._draw(request, z))
         return outputs
 
     def _computed(self, request: Request, n: int) -> None:
