@@ -32,22 +32,24 @@ import re
 import time
 from dataclasses import dataclass
 
-# Real chat templates render a conversation in milliseconds; a hundred turns with tools take
-# well under a second. Five seconds leaves room for a slow machine and a long conversation,
-# and is short enough that a hostile template is told at once.
+# Nine of the ten real templates of tests/peers render a thousand turns twenty times over
+# within this, Gemma 4's (quadratic in the turns) about 400 (docs/PERFORMANCE.md). The clock
+# is there for what the other bounds cannot foresee, such as slow work in each allowed step.
 MAX_SECONDS = 5.0
-# Templates loop over the messages, the tools and their parameters; even a loop over the
-# messages inside a loop over the messages, for a thousand messages, takes 10^6 steps.
+# Real templates take two to four steps a message (the ten of tests/peers: 2,001 to 4,006 for
+# a thousand turns), save one that loops over the messages inside a loop over them (Gemma 4's:
+# about 2 n^2, so past 700 turns); a hostile nested loop stops within a second or so.
 MAX_LOOP_STEPS = 1_000_000
 # Four times the text of a 128k-token context (about 4 characters a token): no real prompt
 # is longer, and a string of this many characters, or a list of this many items, still fits
 # in memory many times over.
 MAX_SIZE = 2_000_000
-# Recursive macros walk nested JSON schemas, a few levels deep. Each level costs Python about
-# ten frames, so 64 levels stay well inside Python's own recursion limit (1,000 frames).
+# Recursive macros walk nested JSON schemas, a few levels deep. A level of a macro costs Python
+# six frames (of a recursive loop five), so 64 levels, about 400 frames, stop well inside
+# Python's own recursion limit (1,000 frames) even when the render starts deep in a program.
 MAX_DEPTH = 64
-# Integers: 16,384 bits (about 4,900 digits, past what Python agrees to print). Multiplying
-# two of them is quick; squaring a number forty times over is not.
+# Integers: 16,384 bits (about 4,900 digits, past the 4,300 Python agrees to print).
+# Multiplying two of them is quick; squaring a number forty times over is not.
 MAX_INT_BITS = 16_384
 
 
@@ -136,25 +138,34 @@ def namespace_items(value):
 
 def measure(value, cap):
     """(size, depth) of a value: characters of strings, items of containers, through the
-    containers inside (shared ones counted each time they appear, as printing them would);
-    counting stops once the size passes ``cap``."""
-    total, deepest, stack = 0, 0, [(iter((value,)), 0)]
+    containers inside (shared ones counted each time they appear, as printing them would; one
+    that holds itself counts as past the cap); counting stops once the size passes ``cap``."""
+    total, deepest, stack, path = 0, 0, [(iter((value,)), 0, None)], set()
     while stack and total <= cap:
-        items, depth = stack[-1]
+        items, depth, owner = stack[-1]
         x = next(items, stack)
         if x is stack:
             stack.pop()
+            path.discard(owner)
             continue
         deepest = max(deepest, depth)
         if isinstance(x, (str, bytes)):
             total += len(x)
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            total += len(x)
-            stack.append((iter(x), depth + 1))
-        elif isinstance(x, dict) or namespace_items(x) is not None:
-            x = x if isinstance(x, dict) else namespace_items(x)
-            total += len(x)
-            stack.append((iter([*x.keys(), *x.values()]), depth + 1))
+            continue
+        if namespace_items(x) is not None:
+            x = namespace_items(x)
+        if not isinstance(x, (list, tuple, set, frozenset, dict)):
+            continue
+        if id(x) in path:
+            return cap + 1, deepest
+        total += len(x)
+        inner = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+        kinds = set(map(type, inner))
+        if kinds <= {str}:  # a flat list of strings, the common case, at once
+            total += sum(map(len, inner))
+        elif not kinds <= {int, float, bool, type(None)}:
+            path.add(id(x))
+            stack.append((iter(inner), depth + 1, id(x)))
     return total, deepest
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import functools
 
-from .template_limits import (Budget, LimitExceeded, Limits, binop_size, filter_size,
+from .template_limits import (Budget, LimitExceeded, Limits, binop_size, filter_size, number,
                               str_method_size)
 
 BUDGET = contextvars.ContextVar("chat_template_budget", default=None)
@@ -89,6 +89,7 @@ def bounded_sandbox():
     from jinja2.compiler import CodeGenerator
     from jinja2.runtime import LoopContext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.utils import generate_lorem_ipsum
 
     class JoinCounted(CodeGenerator):
         """Compiles ``a ~ b`` to ``environment.join_counted((a, b))``."""
@@ -135,6 +136,10 @@ def bounded_sandbox():
                 size = str_method_size(budget, method.__self__, method.__name__, args, kwargs)
                 if size is not None:
                     budget.check(size, f"str.{method.__name__}")
+            if __obj is generate_lorem_ipsum:  # lipsum(n, html, min, max): n paragraphs of
+                words = args[3] if len(args) > 3 else kwargs.get("max", 100)  # at most max words
+                budget.check(number(args[0] if args else kwargs.get("n", 5)) * number(words)
+                             * 16, "lipsum")
             if isinstance(__obj, LoopContext) and args:  # a recursive loop's next level
                 args = (Steps(args[0]), *args[1:])
             budget.depth += 1
