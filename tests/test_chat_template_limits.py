@@ -30,6 +30,11 @@ HOSTILE = {  # template: what the one-line error says
     "width": ("{{ '%999999999s' % 'x' }}", "stopped: a % format: more than"),
     "shared rows": ("{% set row = ['x' * 1000] * 1000 %}{% set rows = [row, row, row] %}"
                     "{{ [rows] * 1000 }}", "stopped: a repetition: more than"),
+    "many large items": ("{{ range(100000) | map('center', 1000000) | join }}",
+                         "stopped: the items of the map filter: more than"),
+    "lipsum": ("{{ lipsum(10**7) }}", "stopped: lipsum: more than"),
+    "self-holding namespace": ("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",
+                               "stopped: the output of {{ }}: more than"),
     "long output": ("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}",
                     "stopped: the rendered text: more than"),
     "squaring": ("{% set ns = namespace(x=3) %}{% for i in range(64) %}"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import time
+import types
 from dataclasses import dataclass
 
 # Nine of the ten real templates of tests/peers render a thousand turns twenty times over
@@ -114,14 +115,25 @@ class Budget:
         return total
 
     def built(self, value, what="a value"):
-        """``value``, after checking its size; integers by their bits."""
+        """``value``, after checking its size; integers by their bits; a generator (``map``,
+        ``select``, ...) counted as it yields: whatever gathers its items (``list``, ``join``)
+        holds them all at once."""
         if isinstance(value, str):
             self.check(len(value), what)
         elif isinstance(value, int):
             check_bits(value.bit_length(), what)
         elif isinstance(value, (list, tuple, dict)) or namespace_items(value) is not None:
             self.check(self.size(value), what)
+        elif isinstance(value, types.GeneratorType):
+            return self.yielded(value, what)
         return value
+
+    def yielded(self, items, what):
+        total = 0
+        for item in items:
+            total += self.size(item)
+            self.check(total, f"the items of {what}")
+            yield item
 
 
 def check_bits(bits, what):
