@@ -104,7 +104,8 @@ ORDINARY = [
     "{{ (m.role ~ ': ' ~ m.content) | center(30) }}{% if not loop.last %}\n{% endif %}"
     "{% endfor %}",
     "{{ '|' + ['a', 'b'] | join(', ') * 2 }}{{ '%5s' % 'x' }}{{ 2 ** 10 }}{{ 7 % 3 }}"
-    "{{ [1, 2] + [3] }}{{ 'ab'.replace('a', 'xyz').ljust(6, '.') }}{{ '{:>4}'.format(1) }}",
+    "{{ [1, 2] + [3] }}{{ 'ab'.replace('a', 'xyz').ljust(6, '.') }}{{ '{:>4}'.format(1) }}"
+    "{{ '%s of 12345678901, %5.2f' % ('one', 3.14159) }}",
     "{% for m in messages if m.role != 'system' recursive %}{{ m.content | tojson(indent=2) }}"
     "{% else %}none{% endfor %}{% set ns = namespace(n=0) %}{% for m in messages %}"
     "{% set ns.n = ns.n + 1 %}{% if loop.first %}{% continue %}{% endif %}{% endfor %}{{ ns }}",

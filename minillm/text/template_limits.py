@@ -183,15 +183,18 @@ def measure(value, cap):
 
 # ---------------------------------------------------------------- the sizes that can be foreseen
 
-FORMAT_WIDTH = re.compile(r"\d+")
+# The widths and precisions of a format: %-10.3f's 10 and 3, {:>12}'s 12.
+PRINTF_SPEC = re.compile(r"%[#0\- +]*(\d*)(?:\.(\d*))?")
+FORMAT_SPEC = re.compile(r"\{[^{}:]*:([^{}]*)\}")
 
 
 def format_size(budget, fmt, args, kwargs):
-    """An upper bound on ``fmt % args`` or ``fmt.format(...)``: the format, every number in it
-    taken as a width, and the arguments (their integers too, when a width comes from them:
-    ``%*s`` or ``{:{w}}``)."""
-    widths = sum(int(run) if len(run) < 10 else budget.limits.size + 1
-                 for run in FORMAT_WIDTH.findall(fmt))
+    """An upper bound on ``fmt % args`` or ``fmt.format(...)``: the format, its widths and
+    precisions, and the arguments (their integers too, when a width comes from them: ``%*s``
+    or ``{:{w}}``)."""
+    runs = [run for spec in PRINTF_SPEC.findall(fmt) for run in spec if run]
+    runs += [run for spec in FORMAT_SPEC.findall(fmt) for run in re.findall(r"\d+", spec)]
+    widths = sum(int(run) if len(run) < 10 else budget.limits.size + 1 for run in runs)
     width_from_args = "*" in fmt or re.search(r"\{[^{}]*\{", fmt) is not None
     values = list(args) + list(kwargs.values())
     return len(fmt) + widths + sum(
