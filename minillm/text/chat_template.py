@@ -38,7 +38,7 @@ import re
 import traceback
 
 from ..plumbing.optional import install_hint
-from .template_limits import Limits
+from .template_limits import LimitExceeded, Limits
 from .template_sandbox import bounded_sandbox, counted_loops, render
 from .tool_schema import tool_schemas
 
@@ -213,7 +213,7 @@ def template_error(error, template_name, jinja2):
         lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
                  if frame.filename == "<template>"]
         line = getattr(error, "lineno", None) or (lines[-1] if lines else None)
-        kind = {"LimitExceeded": "stopped"}.get(type(error).__name__, type(error).__name__)
+        kind = "stopped" if isinstance(error, LimitExceeded) else type(error).__name__
         cause = (f"line {line}: " if line else "") + f"{kind}: {error}"
     cause = " ".join(cause.split("\n"))
     return f"{where}: {cause if len(cause) <= 500 else cause[:500] + '...'}"

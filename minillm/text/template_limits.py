@@ -88,7 +88,7 @@ class Budget:
     def step(self):
         self.steps += 1
         if self.steps > self.limits.loop_steps:
-            raise LimitExceeded(f"more than {self.limits.loop_steps:,} loop steps (the limit, "
+            raise LimitExceeded(f"more than {self.limits.loop_steps:,} loop steps (the step limit, "
                                 f"MAX_LOOP_STEPS)")
         self.tick()
 
