@@ -1,6 +1,7 @@
 """Chat prompts: Jinja templates as transformers renders them, the built-in ChatML renderer
 without jinja2, BOS in the prompt, the shared id prefix."""
 
+import json
 import re
 
 import pytest
@@ -11,6 +12,7 @@ from minillm.text.chat_template import (CHATML_TEMPLATE, ChatML, chat_format, ch
                                         render_chat)
 from minillm.conversation import common_prefix_length
 from minillm.plumbing.optional import install_hint
+from minillm.text.tool_schema import tool_schema
 from minillm.text.tokenizer import BYTE_TO_CHAR, Tokenizer, TokenizerConfig
 
 
@@ -324,3 +326,50 @@ def test_the_chat_command_samples_with_the_chat_defaults_and_stops_at_the_end_to
     assert configs[0].stop_tokens == configs[1].stop_tokens == (END,)
     err = capsys.readouterr().err
     assert "new tokens" in err and "200 new tokens" not in err  # each reply ended by itself
+
+
+# ---------------------------------------------------------------- Python functions as tools
+
+def multiply(x: float, y: float = 1.0) -> float:
+    """
+    A function that multiplies two numbers
+
+    Args:
+        x: The first number to multiply
+        y: The second number, its
+            description over two lines
+
+    Returns:
+        The product
+    """
+    return x * y
+
+
+def test_a_function_is_described_by_its_hints_and_docstring():
+    """The example of transformers' get_json_schema docstring, with a default and a return
+    (tests/peers/test_tool_schema_peer.py: equal to transformers' on many more)."""
+    assert tool_schema(multiply) == {"type": "function", "function": {
+        "name": "multiply", "description": "A function that multiplies two numbers",
+        "parameters": {"type": "object", "properties": {
+            "x": {"type": "number", "description": "The first number to multiply"},
+            "y": {"type": "number", "description": "The second number, its description over "
+                                                   "two lines"}},
+            "required": ["x"]},
+        "return": {"type": "number", "description": "The product"}}}
+
+
+def test_functions_among_the_tools_render_as_their_schemas(jinja):
+    schema = {"type": "function", "function": {"name": "given", "parameters": {}}}
+    text = render_chat([USER], "{{ tools | tojson }}", tools=[schema, multiply])
+    assert text == json.dumps([schema, tool_schema(multiply)], ensure_ascii=False)
+
+
+def test_a_tool_that_is_neither_a_schema_nor_a_function_is_refused(jinja):
+    with pytest.raises(ValueError, match="^tools: each tool must be a JSON schema"):
+        render_chat([USER], "{{ tools }}", tools=["multiply"])
+
+    def undescribed(x: int):
+        """Nothing about x."""
+    with pytest.raises(ValueError, match="^tool undescribed: the docstring's Args: has no "
+                                         "description of 'x'$"):
+        render_chat([USER], "{{ tools }}", tools=[undescribed])

@@ -80,7 +80,10 @@ def run(args) -> int:
     config = generation_config(None, model, **knobs_of(args), stop_tokens=stops,
                                stop_strings=args.stop)
     messages = [] if args.system is None else [{"role": "system", "content": args.system}]
-    chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": ""}])  # template check
+    # The template, the model's own or --template's, is named in any error rendering it.
+    name = args.template if template is not None else args.model_path
+    chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": ""}],
+                    template_name=name)  # a template that cannot render is told before a turn
     conversation = Conversation(model)
     rng = np.random.default_rng(config.seed)
     interactive = sys.stdin.isatty()
@@ -91,7 +94,7 @@ def run(args) -> int:
         if not line.strip():
             return 0
         messages.append({"role": "user", "content": line.rstrip("\n")})
-        prompt = chat_prompt_ids(tokenizer, messages)
+        prompt = chat_prompt_ids(tokenizer, messages, template_name=name)
         reused = common_prefix_length(conversation.cached, prompt)
         started, reply = time.perf_counter(), []
         write = text_writer(tokenizer, sys.stdout, args.stop, hidden=stops)

@@ -7,4 +7,7 @@
     bpe.py               byte-level BPE merges
     sentencepiece.py     SentencePiece merges with byte fallback
     chat_template.py     chat prompts: a model's Jinja template, or ChatML without Jinja
+    template_limits.py   the bounds of a template's render: time, loop steps, size, depth
+    template_sandbox.py  Jinja's sandbox, counting what a render spends against those bounds
+    tool_schema.py       Python functions as the JSON schemas of tools, as transformers writes
 """

@@ -9,7 +9,11 @@ extension and the ``{% generation %}`` tag, the globals ``raise_exception`` and
 ``strftime_now``, a ``tojson`` filter that does not escape HTML and takes ``indent``,
 ``separators``, ``sort_keys`` and ``ensure_ascii``, and as variables the messages,
 ``add_generation_prompt``, ``tools``, ``documents`` and the tokenizer's ``bos_token``,
-``eos_token``, ``unk_token`` and ``pad_token``.
+``eos_token``, ``unk_token`` and ``pad_token``. Python functions among the tools become JSON
+schemas as transformers' ``get_json_schema`` writes them (tool_schema.py). A template is a
+program from a model's files: it renders within bounds on time, loop steps, size and call
+depth (template_limits.py), and whatever stops it, a bound, a ``raise_exception``, a Jinja
+error or a Python one (a ``TypeError``), is one line: a ValueError naming the template.
 
 Without ``jinja2``, minillm recognizes the ChatML templates, which write every message as::
 
@@ -31,8 +35,12 @@ from datetime import datetime
 import functools
 import json
 import re
+import traceback
 
 from ..plumbing.optional import install_hint
+from .template_limits import LimitExceeded, Limits
+from .template_sandbox import bounded_sandbox, counted_loops, render
+from .tool_schema import tool_schemas
 
 # The plain ChatML template, as models ship it (the newlines are real newline characters
 # inside the Jinja string literals).
@@ -128,7 +136,6 @@ def compile_template(template):
     """A chat template compiled in transformers' environment (see the module docstring)."""
     import jinja2
     from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` renders its body (transformers uses it to
@@ -155,12 +162,14 @@ def compile_template(template):
     def strftime_now(format):
         return datetime.now().strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, loopcontrols])
+    # Jinja's immutable sandbox, counting time, loop steps, sizes and depth (template_sandbox.py)
+    env = bounded_sandbox()(trim_blocks=True, lstrip_blocks=True,
+                            extensions=[Generation, loopcontrols])
     env.filters["tojson"] = tojson
+    env.bound_filters()
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    return env.from_string(template)
+    return env.from_string(counted_loops(env.parse(template), jinja2, env))
 
 
 def _as_transformers_passes(message):
@@ -175,27 +184,52 @@ def _as_transformers_passes(message):
 
 
 def render_jinja(messages, template, add_generation_prompt=True, tools=None, documents=None,
-                 **variables):
-    """The prompt text of ``messages`` by the Jinja ``template``, as transformers renders it;
-    a ``raise_exception`` in the template is a ValueError with its message."""
+                 limits=None, template_name=None, **variables):
+    """The prompt text of ``messages`` by the Jinja ``template``, as transformers renders it,
+    within ``limits`` (a template_limits.Limits; its defaults when None). Whatever stops the
+    render (a ``raise_exception`` in the template, a syntax error, a limit passed, a Python
+    error such as a TypeError inside it) is a one-line ValueError naming the template
+    (``template_name``, e.g. its file, when given)."""
     jinja2 = _jinja()
+    tools = tool_schemas(tools)
     try:
         compiled = compile_template(template)
-        return compiled.render(messages=[_as_transformers_passes(m) for m in messages],
-                               tools=tools, documents=documents,
-                               add_generation_prompt=add_generation_prompt, **variables)
-    except jinja2.exceptions.TemplateError as error:
-        raise ValueError(f"chat template: {error}") from None
+        return render(compiled, limits or Limits(),
+                      dict(messages=[_as_transformers_passes(m) for m in messages],
+                           tools=tools, documents=documents,
+                           add_generation_prompt=add_generation_prompt, **variables))
+    except Exception as error:  # noqa: BLE001 (every failure of the template is told alike)
+        raise ValueError(template_error(error, template_name, jinja2)) from None
+
+
+def template_error(error, template_name, jinja2):
+    """``chat template[ of NAME]: [line N: ]cause``, one line: a ``raise_exception`` as its
+    message says it (as transformers shows it), anything else with its kind and the
+    template's line it came from."""
+    where = "chat template" + (f" of {template_name}" if template_name else "")
+    if type(error) is jinja2.exceptions.TemplateError:  # raise_exception(message)
+        cause = str(error)
+    else:
+        lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+                 if frame.filename == "<template>"]
+        line = getattr(error, "lineno", None) or (lines[-1] if lines else None)
+        kind = "stopped" if isinstance(error, LimitExceeded) else type(error).__name__
+        cause = (f"line {line}: " if line else "") + f"{kind}: {error}"
+    cause = " ".join(cause.split("\n"))
+    return f"{where}: {cause if len(cause) <= 500 else cause[:500] + '...'}"
 
 
 def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
-                eos_token=None, tools=None, documents=None, **variables):
+                eos_token=None, tools=None, documents=None, limits=None, template_name=None,
+                **variables):
     """The prompt text ``template`` makes of ``messages``.
 
     Equal to transformers' ``apply_chat_template(messages, tokenize=False,
     add_generation_prompt=..., tools=..., documents=...)`` with the same template and special
-    tokens. Without jinja2, only the ChatML templates render (tools and documents are then
-    refused).
+    tokens; ``tools`` may hold Python functions, described as transformers'
+    ``get_json_schema`` describes them (tool_schema.py). A Jinja render stays within
+    ``limits`` (template_limits.py) and fails as one line naming ``template_name``. Without
+    jinja2, only the ChatML templates render (tools and documents are then refused).
     """
     if template is None:
         raise ValueError("the tokenizer has no chat template")
@@ -204,7 +238,7 @@ def render_chat(messages, template, add_generation_prompt=True, bos_token=None,
         tokens = {name: value for name, value in (("bos_token", bos_token),
                                                   ("eos_token", eos_token)) if value is not None}
         return render_jinja(messages, template, add_generation_prompt, tools, documents,
-                            **tokens, **variables)
+                            limits, template_name, **tokens, **variables)
     chatml = chat_format(template)
     if tools is not None or documents is not None or variables:
         raise ValueError(f"tools, documents and template variables need jinja2; {jinja2_hint()}")
@@ -221,8 +255,9 @@ def special_token_texts(tokenizer):
 
 
 def chat_prompt_ids(tokenizer, messages, add_generation_prompt=True, tools=None, documents=None,
-                    **variables):
-    """The token ids of the chat prompt, rendered with the tokenizer's own template.
+                    limits=None, template_name=None, **variables):
+    """The token ids of the chat prompt, rendered with the tokenizer's own template (within
+    ``limits``; ``template_name`` names it in an error: render_chat).
 
     The rendered text is encoded as it stands; BOS goes first when the tokenizer asks for it
     and the template has not written it.
@@ -230,7 +265,8 @@ def chat_prompt_ids(tokenizer, messages, add_generation_prompt=True, tools=None,
     tokens = special_token_texts(tokenizer)
     text = render_chat(messages, tokenizer.chat_template, add_generation_prompt,
                        tokens.pop("bos_token", None), tokens.pop("eos_token", None), tools,
-                       documents, **(tokens if _jinja() is not None else {}), **variables)
+                       documents, limits, template_name,
+                       **(tokens if _jinja() is not None else {}), **variables)
     ids = tokenizer.encode(text)
     bos = tokenizer.bos_token_id
     if tokenizer.add_bos_token and bos is not None and ids[:1] != [bos]:
