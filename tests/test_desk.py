@@ -184,6 +184,15 @@ def test_temperatures_repeat_with_the_seed_and_read_back_their_surprise(server, 
     assert other["columns"][1:] != first["columns"][1:]
 
 
+def test_the_same_request_writes_the_same_columns_to_the_last_bit(server):
+    """A prompt of several of the engine's blocks, asked twice: the second request is computed
+    as the first was (no prefix cache lending it blocks computed in another shape), so even the
+    surprises repeat exactly."""
+    body = dict(prompt=PASSAGE.read_text(encoding="utf-8")[:300], seed=11, max_new_tokens=24)
+    first = post(server, "/api/temperatures", **body)
+    assert post(server, "/api/temperatures", **body) == first
+
+
 @pytest.mark.parametrize("penalties", [
     dict(repetition_penalty=1.8), dict(repetition_penalty=1.0, frequency_penalty=0.7),
     dict(repetition_penalty=1.0, presence_penalty=1.5),

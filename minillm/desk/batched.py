@@ -4,8 +4,12 @@ The desk keeps one Engine (minillm/serving/) stepped by one thread, `minillm ser
 (serve/loop.py: an inbox of tickets, each a few engine requests, every Output handed back
 through the ticket). The four temperatures' columns and the repetition widget's two texts are
 its requests, so that texts asked at the same time are computed in the same steps (continuous
-batching) whoever asked them, each exactly as `generate` alone would write it (the same seed,
-the same draws; docs/SERVING.md).
+batching) whoever asked them, each as `generate` alone would write it (the same seed, the same
+draws; docs/SERVING.md), up to rounding: in float32 a row's logits move by about 1e-5 with
+the rows computed beside it (the BLAS sums in another order), which no greedy text notices
+but which can tip a hot draw at a near-tie to the neighbouring token. Prefix caching is off,
+so that a request alone in the engine is computed the same way each time: the same seed
+writes the same columns again, to the last bit.
 
 A widget's request waits for its texts' tokens and asks `abandoned()` (server.py: a newer
 request of the same widget has come, or the page closed the connection) as it waits, at
@@ -48,12 +52,14 @@ def never() -> bool:
 
 def engine_loop(desk) -> EngineLoop:
     """The desk's loop, made and started at its first use."""
-    with desk.lock:
+    if desk.loop is not None:
+        return desk.loop
+    with desk.lock:  # the bits widget may hold it a while: only the first use waits
         if desk.loop is None:
             params = sum(math.prod(w.shape) for w in desk.model.params.values())
             positions = min(desk.max_work // params, MOST_POSITIONS) + MAX_NEW_TOKENS
             engine = Engine(desk.model, block_size=BLOCK_SIZE,
-                            num_blocks=blocks_for(positions, BLOCK_SIZE))
+                            num_blocks=blocks_for(positions, BLOCK_SIZE), prefix_caching=False)
             desk.loop = EngineLoop(engine)
             desk.loop.start()
         return desk.loop
@@ -76,14 +82,16 @@ def rollouts(desk, prompt: list[int], texts: list[dict], abandoned=never) -> lis
         try:
             event = events.get(timeout=POLL)
         except queue.Empty:
+            if not loop.alive():
+                raise RuntimeError("the desk's engine loop has stopped") from None
             continue
         if event.error is not None:
             raise (RequestError if event.status == 400 else RuntimeError)(event.error)
-        token = event.output
-        if token.token is not None:
+        new = event.output  # a serving.Output
+        if new.token is not None:
             rollout = out[event.choice]
-            rollout.tokens.append(token.token)
-            rollout.logprobs.append(token.logprob)
-            rollout.raw_logprobs.append(token.raw_logprob)
-        unfinished -= token.finished
+            rollout.tokens.append(new.token)
+            rollout.logprobs.append(new.logprob)
+            rollout.raw_logprobs.append(new.raw_logprob)
+        unfinished -= new.finished
     return out
