@@ -5,11 +5,12 @@ The desk keeps one Engine (minillm/serving/) stepped by one thread, `minillm ser
 through the ticket). The four temperatures' columns and the repetition widget's two texts are
 its requests, so that texts asked at the same time are computed in the same steps (continuous
 batching) whoever asked them, each as `generate` alone would write it (the same seed, the same
-draws; docs/SERVING.md), up to rounding: in float32 a row's logits move by about 1e-5 with
-the rows computed beside it (the BLAS sums in another order), which no greedy text notices
-but which can tip a hot draw at a near-tie to the neighbouring token. Prefix caching is off,
-so that a request alone in the engine is computed the same way each time: the same seed
-writes the same columns again, to the last bit.
+draws; docs/SERVING.md), up to rounding: in float32 a row's logits move by about 1e-5 with the
+rows computed beside it (the BLAS sums in another order), which a greedy text notices only
+where its two best tokens nearly tie, but which can tip a hot draw at a near-tie to the
+neighbouring token (docs/DESK.md counts how often). Prefix caching is off: a prompt's blocks
+lent by an earlier request, computed in another shape, would move the same request's surprises
+in their last bits when it is asked again.
 
 A widget's request waits for its texts' tokens and asks `abandoned()` (server.py: a newer
 request of the same widget has come, or the page closed the connection) as it waits, at
@@ -19,7 +20,7 @@ Abandoned. Nothing computes a text nobody will read.
 
 The pool holds the most one request may ask for (the work bound's positions of this model,
 at most 16,384) and a text's new tokens more: any one widget's texts fit at once, and more
-requests than that wait their turn in the engine (or preempt, which changes no output).
+requests than that wait their turn in the engine (or are preempted, and computed again).
 """
 from __future__ import annotations
 

@@ -18,15 +18,15 @@ and widget with a larger N arrives (the page replaced it) or when its client clo
 connection (the page's fetch was aborted): a widget waiting on the engine then has its engine
 requests aborted, their blocks freed; one waiting for a worker leaves the queue. The answer
 is a 409 if anybody still listens; a request that arrives after a newer one of its widget is
-refused with a 409 at once. A computation already running on a worker runs to its end.
-Requests without the header are never superseded (a script, a test).
+refused with a 409 at once. A computation already running on a worker runs to its end. A
+request without the header (a script, a test) is given up only when its connection closes.
 
-Every refusal is a 4xx (or
-http.server's own 5xx for a method it does not know) with {"error": "..."}: the desk's own, and
-those http.server sends before the desk sees the request (a request line over 64 KiB: 414; a
-header line over 64 KiB or over 100 headers: 431; a malformed request line: 400), through
-send_error. A known path asked with the wrong method is a 405 naming the right one (Allow).
-The server goes on serving after any error. What protects a page served on the local machine:
+Every refusal is a 4xx (or http.server's own 5xx for a method it does not know) with
+{"error": "..."}: the desk's own, and those http.server sends before the desk sees the
+request (a request line over 64 KiB: 414; a header line over 64 KiB or over 100 headers: 431;
+a malformed request line: 400), through send_error. A known path asked with the wrong method
+is a 405 naming the right one (Allow). The server goes on serving after any error. What
+protects a page served on the local machine:
 - a Host header other than this server's own address is refused (a web page elsewhere cannot
   reach it by renaming itself to 127.0.0.1: DNS rebinding), and so is a POST from another
   origin;
