@@ -10,6 +10,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minillm
 from minillm.desk import PASSAGE, widgets
+from minillm.desk.batched import engine_loop
 from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS, MAX_WORK, checked
 from minillm.desk.packing import pack, packed_bytes, stored_bytes, unpack
 from minillm.desk.server import make_server, serve_in_thread
@@ -179,6 +182,15 @@ def test_temperatures_repeat_with_the_seed_and_read_back_their_surprise(server, 
     other = post(server, "/api/temperatures", **dict(body, seed=8))
     assert other["columns"][0] == first["columns"][0]  # greedy draws nothing
     assert other["columns"][1:] != first["columns"][1:]
+
+
+def test_the_same_request_writes_the_same_columns_to_the_last_bit(server):
+    """A prompt of several of the engine's blocks, asked twice: the second request is computed
+    as the first was (no prefix cache lending it blocks computed in another shape), so even the
+    surprises repeat exactly."""
+    body = dict(prompt=PASSAGE.read_text(encoding="utf-8")[:300], seed=11, max_new_tokens=24)
+    first = post(server, "/api/temperatures", **body)
+    assert post(server, "/api/temperatures", **body) == first
 
 
 @pytest.mark.parametrize("penalties", [
@@ -743,3 +755,182 @@ def test_the_command_names_a_missing_model(capsys):
 
     assert main(["desk", "--model", "no-such-model", "--no-browser"]) == 2
     assert "--model: no such file or fetched model: no-such-model" in capsys.readouterr().err
+
+
+# -- abandoned requests: the engine stops computing what nobody reads -------------------------
+
+class Gated:
+    """The model, each forward pass waiting for the test's go (`go`), or free once opened: the
+    test decides when the engine's steps run."""
+
+    def __init__(self, model):
+        self.model, self.gate, self.opened = model, threading.Semaphore(0), False
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def forward(self, tokens, cache=None, **kwargs):
+        if not self.opened:
+            self.gate.acquire()
+        return self.model.forward(tokens, cache, **kwargs)
+
+    def go(self):
+        self.gate.release()
+
+    def open(self):
+        self.opened = True
+        self.gate.release(1000)
+
+
+@pytest.fixture
+def gated(model):
+    """A desk on a gated model, its server and its engine's loop."""
+    desk = make_desk(Gated(model), "gated", None, PASSAGE.read_text(encoding="utf-8"))
+    server = serve(desk)
+    yield desk.model, server, engine_loop(desk)
+    desk.model.open()
+    server.shutdown()
+    server.server_close()
+
+
+def steps_until(gate, condition, most=2000):
+    """Let the engine's passes run one at a time until `condition()` holds (a bound on the
+    passes: a request that never gets there fails the test, it does not hang it)."""
+    for _ in range(most):
+        if condition():
+            return
+        gate.go()
+        time.sleep(0.01)
+    raise AssertionError("the engine never reached the state awaited")
+
+
+def running_alone(loop, ids):
+    """Whether the engine's requests are exactly `ids`, all running, each with a token drawn."""
+    running = list(loop.engine.running)
+    return set(loop.owners) == set(ids) and {r.id for r in running} == set(ids) \
+        and not loop.engine.waiting and all(r.new_tokens > 0 for r in running)
+
+
+def in_thread(server, path, body, headers=None):
+    """Send a request from a thread; returns the thread and the dict its answer lands in."""
+    answer = {}
+    thread = threading.Thread(target=lambda: answer.update(
+        reply=call(server, "POST", path, body, headers=headers)), daemon=True)
+    thread.start()
+    return thread, answer
+
+
+def engine_stats(loop) -> dict:
+    done = threading.Event()
+    result = {}
+    loop.call(loop.stats, lambda value, error: (result.update(value), done.set()))
+    assert done.wait(60)
+    return result
+
+
+def test_a_newer_request_of_a_widget_aborts_the_older_in_the_engine(gated, server, model):
+    """Four quick "New seed" clicks: each request's four columns run in the engine until the
+    next request of the widget comes and aborts them; only the last runs to its end, its blocks
+    given back, its answer that of the same request sent alone."""
+    gate, desk_server, loop = gated
+    body = dict(prompt=PROMPT, max_new_tokens=40)
+    sent = []
+    for n in range(1, 5):  # seeds 1, 2, 3, 4: the clicks
+        sent.append(in_thread(desk_server, "/api/temperatures", dict(body, seed=n),
+                              {"X-Desk-Request": f"page temperatures {n}"}))
+        # The columns of this click alone in the engine, each with a token drawn: the older
+        # click's are aborted, none waits.
+        steps_until(gate, lambda: running_alone(loop, range(4 * (n - 1), 4 * n)))
+    gate.open()
+    for thread, _ in sent:
+        thread.join(60)
+    replies = [answer["reply"] for _, answer in sent]
+    assert [status for status, _ in replies] == [409, 409, 409, 200]
+    assert "superseded" in replies[0][1]["error"]
+    stats = engine_stats(loop)
+    alone = post(server, "/api/temperatures", **dict(body, seed=4))
+    final = replies[-1][1]
+    drawn = sum(len(column["tokens"]) for column in final["columns"])
+    assert {k: stats[k] for k in ("requests", "aborted", "finished", "errors")} == \
+        {"requests": 16, "aborted": 12, "finished": 4, "errors": 0}
+    assert stats["decode_tokens"] >= drawn + 12  # the aborted columns had begun
+    assert stats["blocks_in_use"] == 0 and stats["running"] == stats["waiting"] == 0
+    for got, want in zip(final["columns"], alone["columns"]):
+        assert got["tokens"] == want["tokens"] and got["text"] == want["text"]
+        assert got["surprise"] == pytest.approx(want["surprise"], rel=1e-6)
+
+
+def test_a_client_that_leaves_has_its_engine_requests_aborted(gated):
+    gate, desk_server, loop = gated
+    port = desk_server.server_address[1]
+    body = json.dumps(dict(prompt=PROMPT, max_new_tokens=40)).encode()
+    client = socket.create_connection(("127.0.0.1", port))
+    client.sendall(b"POST /api/repetition HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                   % (port, len(body), body))
+    steps_until(gate, lambda: running_alone(loop, [0, 1]))  # greedy and penalised, begun
+    assert engine_stats_now(loop) > 0
+    client.close()  # the page's fetch aborted
+    steps_until(gate, lambda: loop.counts["aborted"] == 2)
+    gate.open()
+    stats = engine_stats(loop)
+    assert stats["finished"] == 0 and stats["running"] == stats["waiting"] == 0
+    assert stats["blocks_in_use"] == 0
+    assert post(desk_server, "/api/repetition", prompt=PROMPT)["greedy"]["tokens"]  # serving on
+
+
+def engine_stats_now(loop) -> int:
+    """The blocks the engine's requests hold, read while its loop waits on the gate."""
+    return sum(1 for r in loop.engine.pool.refs if r > 0)
+
+
+def test_a_request_superseded_while_it_waits_for_a_worker_never_runs(model):
+    watched = Watched(model)
+    desk = make_desk(watched, "watched", None, PASSAGE.read_text(encoding="utf-8"))
+    server = serve(desk)
+    workers = server.RequestHandlerClass.workers
+    try:
+        workers.acquire()
+        workers.acquire()  # both workers busy: the race requests queue
+        body = dict(prompt=PROMPT, max_new_tokens=12)
+        first, first_answer = in_thread(server, "/api/race", dict(body, seed=1),
+                                        {"X-Desk-Request": "page race 1"})
+        second, second_answer = in_thread(server, "/api/race", dict(body, seed=2),
+                                          {"X-Desk-Request": "page race 2"})
+        first.join(60)  # it leaves the queue without a worker
+        assert first_answer["reply"][0] == 409
+        assert watched.passes == 0
+    finally:
+        workers.release()
+        workers.release()
+    second.join(60)
+    status, answer = second_answer["reply"]
+    assert status == 200
+    assert watched.passes == answer["cached"]["passes"] + answer["uncached"]["passes"]
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_request_older_than_its_widgets_latest_is_refused(server):
+    headers = {"X-Desk-Request": "older-page repetition 7"}
+    assert call(server, "POST", "/api/repetition", {"prompt": PROMPT}, headers=headers)[0] == 200
+    for n in (7, 3):
+        got, answer = call(server, "POST", "/api/repetition", {"prompt": PROMPT},
+                           headers={"X-Desk-Request": f"older-page repetition {n}"})
+        assert got == 409 and "superseded" in answer["error"]
+    got, _ = call(server, "POST", "/api/repetition", {"prompt": PROMPT},
+                  headers={"X-Desk-Request": "other-page repetition 3"})  # another page's
+    assert got == 200
+    for bad in ("page repetition", "page repetition -1", "a b c d", "x " * 100 + "1"):
+        got, answer = call(server, "POST", "/api/next", {"prompt": PROMPT},
+                           headers={"X-Desk-Request": bad})
+        assert got == 400 and answer["error"].startswith("X-Desk-Request: expected")
+
+
+def test_the_desk_imports_no_web_stack():
+    """The desk reuses `minillm serve`'s engine loop, not its web framework."""
+    code = ("import sys, minillm.desk.server; "
+            "print(sorted({'starlette', 'uvicorn', 'fastapi'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], check=True).stdout
+    assert out.strip() == "[]"

@@ -276,6 +276,34 @@ def test_four_temperatures_show_generate_and_repeat_with_the_seed(page, model):
     screenshot(page, "temperatures")
 
 
+def test_quick_new_seeds_show_the_last_seeds_columns(page, model):
+    """Four quick "New seed" clicks: each request names itself (X-Desk-Request: the page's
+    session, the widget, a growing count), each replaces the one before, and the columns are
+    those of the last seed."""
+    page.fill("#temperatures-seed", "5")
+    page.fill("#temperatures-n", "24")
+    sent = []
+    page.on("request", lambda r: sent.append(r.headers.get("x-desk-request"))
+            if r.url.endswith("/api/temperatures") else None)
+    for _ in range(4):
+        page.click("#new-seed")
+    page.wait_for_function("document.querySelector('#temperatures-seed').value === '9'")
+    settle(page, "temperatures")
+    assert len(sent) == 4
+    names = [name.split(" ") for name in sent]
+    assert {(session, widget) for session, widget, _ in names} == {
+        (names[0][0], "temperatures/api/temperatures")}
+    counts = [int(n) for _, _, n in names]
+    assert counts == sorted(set(counts))  # growing
+    assert page.locator("#temperatures .error").is_hidden()
+    ids = model.tokenizer.encode(PROMPT)
+    for i, T in enumerate([0.0, 0.5, 1.0, 1.5]):
+        new = minillm.generate(model, ids, max_new_tokens=24, temperature=T, seed=9,
+                               stop_tokens=[0])[len(ids):]
+        seen = page.locator("#columns .column .text").nth(i).inner_text()
+        assert seen.strip() == model.tokenizer.decode(new).strip()
+
+
 def shows_greedy_and_penalised(page, model, penalties):
     """The two columns of the repetition widget are generate's text without and with the
     penalties, every repeat marked as the library finds it."""

@@ -241,6 +241,28 @@ def test_speculative_requests_equal_speculative_generate_alone(requests, block_s
         assert engine.stats.guesses >= engine.stats.accepted
 
 
+def test_outputs_carry_generates_raw_logprobs_when_asked():
+    """raw_logprob: ln softmax(z)[token] at temperature 1, as generate's raw_logprobs, for a
+    plain request and a speculating one; None when logprobs were not asked."""
+    knobs = {"temperature": 0.7, "top_k": 5, "repetition_penalty": 1.3}
+    engine = Engine(MODEL, block_size=3)
+    plain = engine.add_request([1, 2, 3], max_new_tokens=6, seed=2, logprobs=True, **knobs)
+    ngram = engine.add_request([4, 5, 4, 5], max_new_tokens=6, seed=3, logprobs=True,
+                               draft="ngram", k=2, **knobs)
+    unasked = engine.add_request([1, 2, 3], max_new_tokens=6, seed=2, **knobs)
+    outputs = run(engine)
+    want = minillm.generate(MODEL, [1, 2, 3], max_new_tokens=6, seed=2, return_logprobs=True,
+                            **knobs)
+    spec, _ = minillm.speculative_generate(MODEL, "ngram", [4, 5, 4, 5], k=2, max_new_tokens=6,
+                                           seed=3, return_logprobs=True, **knobs)
+    for rid, rollout in ((plain, want), (ngram, spec)):
+        assert [o.token for o in outputs[rid]] == rollout.new_tokens
+        np.testing.assert_allclose([o.raw_logprob for o in outputs[rid]], rollout.raw_logprobs,
+                                   atol=1e-10)
+        assert rollout.raw_logprobs != rollout.logprobs  # the knobs moved the drawn ones
+    assert {o.raw_logprob for o in outputs[unasked]} == {None}
+
+
 def test_bad_requests_are_refused_with_their_reason():
     engine = Engine(MODEL, block_size=4, num_blocks=3)
     with pytest.raises(ValueError, match="does not slide"):

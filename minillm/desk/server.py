@@ -6,13 +6,27 @@
     POST /api/<widget>     a JSON object of fields (fields.py) -> a JSON object (widgets.py)
 
 (HEAD as GET, without the body.) Each request runs on its own thread (ThreadingHTTPServer), so
-a slow computation never stops the page's files or the other widgets from being served; at
-most WORKERS computations run at once, the others wait their turn. Every refusal is a 4xx (or
-http.server's own 5xx for a method it does not know) with {"error": "..."}: the desk's own, and
-those http.server sends before the desk sees the request (a request line over 64 KiB: 414; a
-header line over 64 KiB or over 100 headers: 431; a malformed request line: 400), through
-send_error. A known path asked with the wrong method is a 405 naming the right one (Allow).
-The server goes on serving after any error. What protects a page served on the local machine:
+a slow computation never stops the page's files or the other widgets from being served. The
+generating widgets hand their texts to the desk's serving engine (batched.py), which computes
+all it is given together; every other widget's computation runs on its request's thread, at
+most WORKERS at once, the others waiting their turn.
+
+A request the page no longer wants is given up. The page names each widget request in the
+X-Desk-Request header, "SESSION WIDGET N": its own random id, the widget, and a number that
+grows with every request it sends. A request is abandoned when a request of the same session
+and widget with a larger N arrives (the page replaced it) or when its client closes the
+connection (the page's fetch was aborted): a widget waiting on the engine then has its engine
+requests aborted, their blocks freed; one waiting for a worker leaves the queue. The answer
+is a 409 if anybody still listens; a request that arrives after a newer one of its widget is
+refused with a 409 at once. A computation already running on a worker runs to its end. A
+request without the header (a script, a test) is given up only when its connection closes.
+
+Every refusal is a 4xx (or http.server's own 5xx for a method it does not know) with
+{"error": "..."}: the desk's own, and those http.server sends before the desk sees the
+request (a request line over 64 KiB: 414; a header line over 64 KiB or over 100 headers: 431;
+a malformed request line: 400), through send_error. A known path asked with the wrong method
+is a 405 naming the right one (Allow). The server goes on serving after any error. What
+protects a page served on the local machine:
 - a Host header other than this server's own address is refused (a web page elsewhere cannot
   reach it by renaming itself to 127.0.0.1: DNS rebinding), and so is a POST from another
   origin;
@@ -24,17 +38,23 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import select
+import socket
 import threading
+import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from . import widgets
+from .batched import POLL, Abandoned
 from .fields import ENDPOINTS, MAX_BODY_BYTES, RequestError, checked
 
 STATIC = Path(__file__).resolve().parent / "static"
 WORKERS = 2  # the computations running at once: more only share the same cores
 WAIT_SECONDS = 120  # how long a request waits for a worker before it is told the desk is busy
+REQUEST_ID = "X-Desk-Request"  # "SESSION WIDGET N", sent by the page with each widget request
+MAX_WIDGETS = 4096  # (session, widget) pairs remembered, the oldest forgotten first
 
 
 def static_files() -> dict[str, tuple[bytes, str]]:
@@ -59,6 +79,7 @@ def make_server(desk, port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
         pass
 
     Handler.desk, Handler.files, Handler.workers, Handler.quiet = desk, files, workers, quiet
+    Handler.latest, Handler.latest_lock = {}, threading.Lock()  # (session, widget) -> N
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True  # a request in flight never keeps the program from exiting
     host, port = server.server_address[:2]
@@ -73,9 +94,19 @@ def serve_in_thread(server) -> threading.Thread:
     return thread
 
 
+def closed(connection) -> bool:
+    """Whether the client closed the connection: it reads as ready, yet holds nothing (the end
+    of the stream). The page sends nothing more while it waits for an answer."""
+    try:
+        ready, _, _ = select.select([connection], [], [], 0)
+        return bool(ready) and connection.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or already closed
+        return True
+
+
 class DeskHandler(BaseHTTPRequestHandler):
     server_version = "minillm-desk"
-    desk = files = workers = hosts = origins = None
+    desk = files = workers = hosts = origins = latest = latest_lock = None
     quiet = True
 
     def do_GET(self):
@@ -101,6 +132,11 @@ class DeskHandler(BaseHTTPRequestHandler):
             handle()
         except (BrokenPipeError, ConnectionResetError):
             return  # the page gave up on this request (a newer one replaced it): nobody reads
+        except Abandoned as e:
+            if closed(self.connection):
+                self.close_connection = True
+                return  # nobody reads
+            self.send_json({"error": str(e)}, e.status)
         except RequestError as e:
             self.send_json({"error": str(e)}, e.status, e.headers)
         except ValueError as e:  # the library's one-line errors: a knob or an id out of range
@@ -147,13 +183,52 @@ class DeskHandler(BaseHTTPRequestHandler):
         if origin is not None and origin not in self.origins:
             raise RequestError(f"Origin: requests from {origin[:80]} are refused", 403)
         request = checked(path, self.read_json())
-        if not self.workers.acquire(timeout=WAIT_SECONDS):
-            raise RequestError("the desk is busy with other requests; try again", 503)
+        name = self.claim()
+
+        def abandoned() -> bool:
+            return (name is not None and self.latest.get(name[0]) != name[1]) \
+                or closed(self.connection)
+
+        if path in widgets.BATCHED:
+            return self.send_json(widgets.ROUTES[path](self.desk, request, abandoned))
+        self.wait_for_worker(abandoned)
         try:
             result = widgets.ROUTES[path](self.desk, request)
         finally:
             self.workers.release()
         self.send_json(result)
+
+    def claim(self) -> tuple | None:
+        """((session, widget), N) of the request's X-Desk-Request header, now its widget's
+        latest; None without the header. A 409 if a newer request of the widget came first."""
+        value = self.headers.get(REQUEST_ID)
+        if value is None:
+            return None
+        parts = value.split(" ")
+        if len(value) > 200 or len(parts) != 3 or not parts[2].isdigit():
+            raise RequestError(f"{REQUEST_ID}: expected 'SESSION WIDGET N' (N a count), at "
+                               f"most 200 characters, got {value[:80]!r}")
+        key, n = (parts[0], parts[1]), int(parts[2])
+        with self.latest_lock:
+            if n <= self.latest.get(key, -1):
+                raise Abandoned()
+            self.latest.pop(key, None)  # to the end: the oldest pairs are forgotten first
+            self.latest[key] = n
+            while len(self.latest) > MAX_WIDGETS:
+                del self.latest[next(iter(self.latest))]
+        return key, n
+
+    def wait_for_worker(self, abandoned) -> None:
+        """Take a worker, leaving the queue if the request is abandoned meanwhile."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not self.workers.acquire(timeout=POLL):
+            if abandoned():
+                raise Abandoned()
+            if time.monotonic() > deadline:
+                raise RequestError("the desk is busy with other requests; try again", 503)
+        if abandoned():
+            self.workers.release()
+            raise Abandoned()
 
     def read_json(self):
         length = self.headers.get("Content-Length")

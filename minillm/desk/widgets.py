@@ -3,7 +3,9 @@ desk and a checked request (fields.py), returning a JSON-ready dict.
 
 Every figure comes from the library's public functions (filtered_probs, sample_next_token,
 generate, speculative_generate, quantize, model.forward, serving.Engine); nothing here
-re-implements a knob.
+re-implements a knob. The widgets that only write texts (the temperatures, the repetition) get
+them from the desk's one serving engine (batched.py), each as `generate` alone writes it, and
+take `abandoned`, which stops them when their answer is no longer wanted (BATCHED).
 
 Before any work, each widget counts the token positions its forward passes will compute (at
 most: a text may stop early) and `charge` refuses the request (422) when those positions times
@@ -21,6 +23,7 @@ import numpy as np
 
 from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
 from ..study.explain import REPEAT_N, Watched, entropy, repeats, surprise
+from .batched import never, rollouts
 from .fields import (ENDPOINTS, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_REQUESTS,
                      MAX_SERVING_TOKENS, MAX_STEPS, MAX_WORK, RequestError, serving_prompts)
 from .packing import stored_bytes
@@ -38,8 +41,9 @@ CURVE_FLOOR = 1e-12  # the log chart draws no probability below this (nor 0)
 @dataclass
 class Desk:
     """The model the desk runs, what it was called, an optional draft model, the held-out
-    passage of the bits widget, the one quantized copy kept for that widget, and the most work
-    a request may ask for (token positions x parameters)."""
+    passage of the bits widget, the one quantized copy kept for that widget, the most work
+    a request may ask for (token positions x parameters), and the serving engine's loop of
+    the generating widgets (batched.py; made at its first use)."""
 
     model: object
     name: str
@@ -49,6 +53,7 @@ class Desk:
     squeezed: dict = field(default_factory=dict)  # {bits: (model, stored bytes)}, one at most
     lock: threading.Lock = field(default_factory=threading.Lock)
     max_work: int = MAX_WORK
+    loop: object = None
 
 
 def make_desk(model, name, draft=None, passage="") -> Desk:
@@ -197,16 +202,16 @@ def draw(desk: Desk, request) -> dict:
             "end": token in stops(desk)}
 
 
-def temperatures(desk: Desk, request) -> dict:
+def temperatures(desk: Desk, request, abandoned=never) -> dict:
     """Four temperatures, one seed: each column's text and its surprise read back at T = 1."""
     n = request["max_new_tokens"]
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     T = request["temperatures"]
     charge(desk, len(T) * (len(ids) + n - 1), "ask for fewer tokens or a shorter prompt")
+    texts = [dict(max_new_tokens=n, temperature=T, seed=request["seed"], stop_tokens=stops(desk))
+             for T in request["temperatures"]]
     columns = []
-    for T in request["temperatures"]:
-        rollout = generate(desk.model, ids, max_new_tokens=n, temperature=T, seed=request["seed"],
-                           stop_tokens=stops(desk), return_logprobs=True)
+    for T, rollout in zip(request["temperatures"], rollouts(desk, ids, texts, abandoned)):
         new = rollout.new_tokens
         columns.append({"temperature": T, "tokens": pieces(desk, new),
                         "text": shown(desk, new),
@@ -214,15 +219,17 @@ def temperatures(desk: Desk, request) -> dict:
     return {"columns": columns}
 
 
-def repetition(desk: Desk, request) -> dict:
+def repetition(desk: Desk, request, abandoned=never) -> dict:
     """Greedy text with its repeated phrases marked, beside the same under the penalties."""
     n = request["max_new_tokens"]
     ids = prompt_ids(desk, request["prompt"], new_tokens=n)
     charge(desk, 2 * (len(ids) + n - 1), "ask for fewer tokens or a shorter prompt")
+    keys = ("greedy", "penalised")
+    texts = [dict(max_new_tokens=n, temperature=0.0, **penalties, stop_tokens=stops(desk))
+             for penalties in ({}, knobs(request, PENALTIES))]
     out = {}
-    for key, penalties in (("greedy", {}), ("penalised", knobs(request, PENALTIES))):
-        text = generate(desk.model, ids, max_new_tokens=n, temperature=0.0, **penalties,
-                        stop_tokens=stops(desk))
+    for key, rollout in zip(keys, rollouts(desk, ids, texts, abandoned)):
+        text = rollout.tokens
         marks = repeats(text, len(ids), REPEAT_N)
         out[key] = {"tokens": [dict(t, repeat=m) for t, m in
                                zip(pieces(desk, text[len(ids):]), marks)],
@@ -395,6 +402,14 @@ def serving_pool(desk: Desk) -> int:
     longest = max(len(prompt_ids(desk, text)) for text in serving_prompts()) + n
     return min(int(fields["num_blocks"].high), math.ceil(1.6 * -(-longest // bs)))
 
+
+# The widgets whose texts the serving engine writes (batched.py): they take `abandoned`. The
+# others stay one computation on a worker thread each (server.py): next and draw read one
+# forward pass; the race times generate with and without the cache (the engine has no
+# uncached decoding), bits writes with a quantized copy (the engine serves one model),
+# speculative counts speculative_generate's own passes and rounds, and serving runs an engine
+# of its own, with the widget's pool, step by step.
+BATCHED = {"/api/temperatures", "/api/repetition"}
 
 ROUTES = {"/api/next": next_token, "/api/draw": draw, "/api/temperatures": temperatures,
           "/api/repetition": repetition, "/api/race": race, "/api/bits": bits,

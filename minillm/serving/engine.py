@@ -38,13 +38,15 @@ from .scheduler import Request, release, schedule
 class Output(NamedTuple):
     """What a request produced in a step: its new token, ln p of it under the distribution it
     was drawn from (when asked, else None), and whether it is finished and why ("stop": a stop
-    token or string, "length": max_new_tokens, "abort")."""
+    token or string, "length": max_new_tokens, "abort"); raw_logprob (when asked): ln p of it
+    under the model's own logits, temperature 1, no knob (generate's raw_logprobs)."""
 
     request_id: int
     token: int | None
     logprob: float | None
     finished: bool
     reason: str | None = None
+    raw_logprob: float | None = None
 
 
 @dataclass
@@ -203,8 +205,8 @@ class Engine:
         knobs = request.config.sampling
         probs = filtered_probs(logits[None], knobs, np.array([request.text]))  # (1, V)
         token = int(choose(probs, knobs, request.rng)[0])
-        logprob = score(probs, logits[None], [token])[0].logprob if request.logprobs else None
-        return self._emit(request, token, logprob)
+        scored = score(probs, logits[None], [token])[0] if request.logprobs else None
+        return self._emit(request, token, scored)
 
     def _speculate(self, request: Request, room: int) -> list[Output]:
         """One round of speculative decoding for the request, as speculative_generate runs it
@@ -225,13 +227,14 @@ class Engine:
         scores = score_round(new, logits, before, knobs) if request.logprobs else None
         outputs = []
         for i, token in enumerate(new):
-            outputs.append(self._emit(request, token, scores and scores[i].logprob))
+            outputs.append(self._emit(request, token, scores and scores[i]))
             if outputs[-1].finished:
                 break
         return outputs
 
-    def _emit(self, request: Request, token: int, logprob) -> Output:
-        """The request's text grows by `token`; it finishes on a stop or at max_new_tokens."""
+    def _emit(self, request: Request, token: int, scored) -> Output:
+        """The request's text grows by `token`; it finishes on a stop or at max_new_tokens.
+        scored: its logprobs.ScoredToken, or None when they were not asked."""
         request.text.append(token)
         request.new_tokens += 1
         self.counts.decode_tokens += 1
@@ -247,4 +250,5 @@ class Engine:
             self.running.remove(request)
             del self.requests[request.id]
             release(self, request)
-        return Output(request.id, token, logprob, reason is not None, reason)
+        logprob, raw = (None, None) if scored is None else scored[1:]
+        return Output(request.id, token, logprob, reason is not None, reason, raw)

@@ -11,8 +11,12 @@ let running = 0; // requests in flight, for the busy flag in the header
 // -- talking to the server --------------------------------------------------------------------
 
 // POST body to path for `widget` (a section): its busy class is on while the request runs, its
-// error line shows a refusal. A newer request of the same widget and key aborts the older.
+// error line shows a refusal. A newer request of the same widget and key aborts the older: the
+// fetch is aborted, which closes its connection, and the header X-Desk-Request names each
+// request ("SESSION WIDGET N", N growing), so the server stops the older one either way.
 const inFlight = new Map();
+const SESSION = Math.random().toString(36).slice(2) + Date.now().toString(36);
+let sent = 0; // widget requests sent by this page
 async function api(widget, path, body, key = path) {
   const id = widget.id + key;
   if (inFlight.has(id)) inFlight.get(id).abort();
@@ -23,7 +27,8 @@ async function api(widget, path, body, key = path) {
   $("#busy").hidden = ++running === 0;
   try {
     const response = await fetch(path, {method: "POST", body: JSON.stringify(body),
-      headers: {"Content-Type": "application/json"}, signal: control.signal});
+      headers: {"Content-Type": "application/json", "X-Desk-Request": `${SESSION} ${id} ${++sent}`},
+      signal: control.signal});
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || `HTTP ${response.status}`);
     error.hidden = true;
