@@ -36,10 +36,10 @@ from .scheduler import Request, release, schedule
 
 
 class Output(NamedTuple):
-    """What a request produced in a step: its new token, ln p of it under the distribution it
-    was drawn from (when asked, else None), and whether it is finished and why ("stop": a stop
-    token or string, "length": max_new_tokens, "abort"); raw_logprob (when asked): ln p of it
-    under the model's own logits, temperature 1, no knob (generate's raw_logprobs)."""
+    """What a request produced in a step: its new token, whether it is finished and why
+    ("stop": a stop token or string, "length": max_new_tokens, "abort"), and when asked ln p of
+    the token under the distribution it was drawn from and under the model's own logits (T = 1,
+    no knob: generate's raw_logprobs)."""
 
     request_id: int
     token: int | None
@@ -84,8 +84,7 @@ class Engine:
         self.max_batch_tokens = max_batch_tokens
         self.running, self.waiting = [], deque()
         self.requests = {}  # id -> Request, until it finishes
-        self.next_id = 0
-        self.counts = Stats()
+        self.next_id, self.counts = 0, Stats()
 
     # -- requests in and out -------------------------------------------------------------------
 
@@ -179,12 +178,10 @@ class Engine:
             batch = PackedBatch(self.pool, tables, starts, counts)
             logits = self.model.forward(np.concatenate(texts)[None], batch,
                                         last=np.cumsum(counts) - 1)[0]  # (R, V)
-        outputs = []
-        for (request, n), z in zip(chunks, logits):
+        for request, n in chunks:
             self._computed(request, n)
-            if request.computed == len(request.text):
-                outputs.append(self._draw(request, z))
-        return outputs
+        return [self._draw(r, z) for (r, _), z in zip(chunks, logits)
+                if r.computed == len(r.text)]  # its text all computed: its next token
 
     def _computed(self, request: Request, n: int) -> None:
         """Count n more positions as computed; each block they filled joins the prefix cache."""
@@ -209,10 +206,9 @@ class Engine:
         return self._emit(request, token, scored)
 
     def _speculate(self, request: Request, room: int) -> list[Output]:
-        """One round of speculative decoding for the request, as speculative_generate runs it
-        alone (speculative.speculative_round over the request's blocks): the drafter's guesses,
-        one verifying pass, accept or resample, the rejected positions forgotten and the blocks
-        wholly past them given back. Its new tokens, each an Output, up to a stop."""
+        """One round of speculative decoding, as speculative_generate runs it alone (its
+        speculative_round over the request's blocks): guesses, one verifying pass, accept or
+        resample, the blocks wholly past the kept text given back. An Output per new token."""
         knobs, before = request.config.sampling, list(request.text)
         view = PagedBatch(self.pool, [request.table], request.computed)
         new, proposed, logits = speculative_round(self.model, view, request.drafter,
@@ -233,8 +229,7 @@ class Engine:
         return outputs
 
     def _emit(self, request: Request, token: int, scored) -> Output:
-        """The request's text grows by `token`; it finishes on a stop or at max_new_tokens.
-        scored: its logprobs.ScoredToken, or None when they were not asked."""
+        """The text grows by `token` (scored: its ScoredToken, if asked); it may finish."""
         request.text.append(token)
         request.new_tokens += 1
         self.counts.decode_tokens += 1
