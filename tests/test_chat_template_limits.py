@@ -174,11 +174,14 @@ def test_minillm_chat_names_a_hostile_template_file(tmp_path, capsys, monkeypatc
 
 
 def test_the_desk_reads_prompts_as_text_when_the_template_cannot_render(tmp_path):
-    """The desk, given a model whose template passes a bound, starts (no traceback, no hang)
-    and reads its prompts as plain text, as for any template it cannot render."""
+    """The desk, given a model whose template passes a bound, starts (no traceback, no hang),
+    says why in one line (`minillm desk` prints it, /api/info carries it) and reads its prompts
+    as plain text, as for any template it cannot render."""
     from minillm.desk.widgets import make_desk, prompt_ids
 
     model = minillm.load(chat_model(tmp_path, NESTED_LOOP))
     desk = make_desk(model, "hostile")
     assert desk.chat is False
+    assert desk.template_refused.startswith("chat template") and "stopped" in \
+        desk.template_refused and "\n" not in desk.template_refused
     assert prompt_ids(desk, "Hi") == model.tokenizer.encode("Hi", add_special_tokens=True)

@@ -60,6 +60,9 @@ def run(args) -> int:
                                                        reference=args.reference)
     name = Path(path or DEFAULT_MODEL).name
     desk = make_desk(model, name, draft, PASSAGE.read_text(encoding="utf-8"))
+    if desk.template_refused:
+        print(f"minillm desk: {desk.template_refused}; prompts are read as plain text",
+              file=sys.stderr, flush=True)
     try:
         server = make_server(desk, args.port, quiet=False)
     except OSError as e:

@@ -54,20 +54,21 @@ class Desk:
     lock: threading.Lock = field(default_factory=threading.Lock)
     max_work: int = MAX_WORK
     loop: object = None
+    template_refused: str | None = None  # why the model's chat template is not used, if so
 
 
 def make_desk(model, name, draft=None, passage="") -> Desk:
     if model.tokenizer is None:
         raise ValueError(f"{name}: the desk needs a model that carries its tokenizer")
-    chat = model.tokenizer.chat_template is not None
+    chat, refused = model.tokenizer.chat_template is not None, None
     if chat:
         from ..text.chat_template import chat_prompt_ids
 
         try:  # a template minillm cannot render: the desk reads prompts as plain text
             chat_prompt_ids(model.tokenizer, [{"role": "user", "content": "hi"}])
-        except ValueError:
-            chat = False
-    return Desk(model, name, draft, passage, chat)
+        except ValueError as e:
+            chat, refused = False, str(e)
+    return Desk(model, name, draft, passage, chat, template_refused=refused)
 
 
 # -- shared pieces ----------------------------------------------------------------------------
@@ -383,6 +384,7 @@ def info(desk: Desk) -> dict:
     params = parameters(desk.model)
     return {"model": desk.name, "arch": cfg.arch, "vocabulary": cfg.vocab_size,
             "context": cfg.context_length, "layers": cfg.n_layers, "chat": desk.chat,
+            "template_refused": desk.template_refused,
             "draft": desk.draft is not None,
             "beginnings": CHAT_BEGINNINGS if desk.chat else BEGINNINGS,
             "passage": desk.passage, "max_new_tokens": MAX_NEW_TOKENS,
