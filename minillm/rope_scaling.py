@@ -21,7 +21,8 @@ ModelConfig.rope_scaling is None (plain RoPE) or a dict with a "type" and its nu
                   attention_factor (default 0.1 ln s + 1), so every score q.k by its square
 
 (YaRN: Peng et al. 2023; beta_fast 32 and beta_slow 1 by default; lo is clamped to >= 0 and hi
-to <= d - 1, as transformers and llama.cpp do.) Only the global layers of a model with a sliding window are scaled.
+to <= d - 1, as transformers and llama.cpp do.) Only the global layers of a model with a
+sliding window are scaled.
 """
 from __future__ import annotations
 

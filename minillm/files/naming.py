@@ -84,10 +84,11 @@ _HF_LLAMA_NAMES = {
     "lm_head.weight": "lm_head.weight",
 }
 # OLMo 2 norms the sublayers' outputs only: its post_attention_layernorm comes after attention.
-_HF_OLMO2_NAMES = {**{k: v for k, v in _HF_LLAMA_NAMES.items() if "norm" not in k
-                      or "q_norm" in k or "k_norm" in k or k == "final_norm.weight"},
-                   "layers.{i}.attn_post_norm.weight": "layers.{i}.post_attention_layernorm.weight",
-                   "layers.{i}.mlp_post_norm.weight": "layers.{i}.post_feedforward_layernorm.weight"}
+_HF_OLMO2_NAMES = {
+    **{k: v for k, v in _HF_LLAMA_NAMES.items() if k not in (
+        "layers.{i}.attn_norm.weight", "layers.{i}.mlp_norm.weight")},
+    "layers.{i}.attn_post_norm.weight": "layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.mlp_post_norm.weight": "layers.{i}.post_feedforward_layernorm.weight"}
 
 # Meta's reference Llama and llama2.c: w1 is the gate, w3 the up projection, w2 the down one.
 _META_NAMES = {
