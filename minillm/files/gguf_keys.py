@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .npz import WeightsError
 from .gguf_metadata import read
 
@@ -112,13 +114,14 @@ def rope_scaling(gguf, get, head_dim: int, context_length: int):
         return {"type": "freq_factors", "factors": factors}
     if not scaled:
         return None
+    factor = shortest(factor)
     if kind == "linear":
         return {"type": "linear", "factor": factor}
     factor = factor or 1.0
     original = get("rope.scaling.original_context_length", default=context_length, low=1)
     return {"type": "yarn", "factor": factor, "original_context": original,
             "attention_factor": (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
-            * attn_factor}
+            * shortest(attn_factor)}
 
 
 def family_options(arch: str, get, n_layers: int) -> dict:
@@ -133,8 +136,8 @@ def family_options(arch: str, get, n_layers: int) -> dict:
                                          if (i + 1) % SMOLLM3_NO_ROPE_STEP == 0))
     if arch == "granite":
         def scale(key, default):  # llama.cpp: 0 (or absent) means "not scaled"
-            return get(key, "float32", default=default, low=0.0) or default
-        options = dict(logit_scale=get("logit_scale", "float32", low=1e-30),
+            return shortest(get(key, "float32", default=0.0, low=0.0)) or default
+        options = dict(logit_scale=shortest(get("logit_scale", "float32", low=1e-30)),
                        residual_multiplier=scale("residual_scale", 1.0),
                        embedding_multiplier=scale("embedding_scale", 1.0),
                        attention_multiplier=scale("attention.scale", None))
@@ -142,3 +145,9 @@ def family_options(arch: str, get, n_layers: int) -> dict:
             options["no_rope_layers"] = tuple(range(n_layers))
         return options
     return {}
+
+
+def shortest(value: float) -> float:
+    """A float32 from the file as the shortest decimal that rounds to it (0.22, not
+    0.2199999988): what the writer meant, and the same float32."""
+    return float(str(np.float32(value)))

