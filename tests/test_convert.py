@@ -257,8 +257,6 @@ def test_hf_llama_config_old_and_new_rope_fields():
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7}},
      "rope_scaling.mscale"),
     ({"partial_rotary_factor": 0.75, "model_type": "phi3"}, "partial_rotary_factor"),
-    ({"model_type": "phi3", "sliding_window": 2047, "max_position_embeddings": 4096},
-     "sliding_window=2047"),
     ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 64},
      "use_sliding_window"),
     ({"model_type": "granite", "attention_bias": True}, "attention_bias"),

@@ -106,11 +106,10 @@ def _family_options(hf: dict) -> dict:
         if len(flags) != hf["num_hidden_layers"] or any(f not in (0, 1) for f in flags):
             raise ValueError("config.json: no_rope_layers must hold a 0 or 1 per layer")
         options["no_rope_layers"] = tuple(i for i, use_rope in enumerate(flags) if not use_rope)
-    if model_type == "phi3":
-        window = hf.get("sliding_window")
-        if window is not None and window < hf.get("max_position_embeddings", 4096):
-            raise ValueError(f"config.json: sliding_window={window} is not supported for phi3 "
-                             "(every layer local)")
+    if model_type == "phi3" and hf.get("sliding_window") is not None:
+        # every layer local: no layer's index + 1 is a multiple of n_layers + 1
+        options.update(sliding_window=hf["sliding_window"],
+                       sliding_window_pattern=hf["num_hidden_layers"] + 1)
     return options
 
 
