@@ -21,9 +21,9 @@ __version__ = "0.1.0"
 # The reading path, in the order a learner reads it (the README's "Reading order" shows this
 # list; tests/test_reading_path.py holds each module to it): the whole algorithm in one file,
 # then the library's chapters and what they need. Everything else lives in the subpackages.
-READING_ORDER = ("tiny", "sampling", "layers", "kv_cache", "config", "inputs", "model", "knobs",
-                 "window", "stopping", "logprobs", "generate", "serving.blocks",
-                 "serving.prefix_cache", "serving.scheduler", "serving.engine", "drafters",
+READING_ORDER = ("tiny", "sampling", "rope_scaling", "layers", "kv_cache", "parameters",
+                 "config", "inputs", "model", "knobs", "window", "stopping", "logprobs",
+                 "generate", "serving.blocks", "serving.prefix_cache", "serving.scheduler", "serving.engine", "drafters",
                  "speculative", "conversation", "quantize")
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",

@@ -3,16 +3,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from dataclasses import dataclass
+
+from .parameters import parameter_shapes
+from .rope_scaling import check_scaling
 
 ARCHS = ("classic", "modern")
 # The longest context a config may declare: 2^20 positions, beyond any model minillm reads
 # (docs/FORMAT.md); a larger number is a damaged or hostile file, not a model.
 MAX_CONTEXT_LENGTH = 2**20
-# The fields of the options Gemma 3 adds to the modern architecture (and the head size).
+# The fields of the options Gemma 3 adds to the modern architecture (and the head size), then
+# those of the other families (rope_scaling.py; docs/FORMAT.md).
 GEMMA_OPTIONS = ("head_dim", "embed_scale", "qk_norm", "post_norms", "query_pre_attn_scalar",
                  "sliding_window", "sliding_window_pattern", "rope_local_theta")
+FAMILY_OPTIONS = ("rope_scaling", "no_rope_layers", "pre_norms", "qk_norm_all_heads",
+                  "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                  "logit_scale")
+OPTIONS = GEMMA_OPTIONS + FAMILY_OPTIONS
 ACTIVATIONS = {"classic": ("gelu", "gelu_tanh"), "modern": ("silu", "gelu", "gelu_tanh")}
 
 
@@ -43,6 +52,18 @@ class ModelConfig:
         sliding_window_pattern layer i is global when (i + 1) is a multiple of it, else local
                                (Gemma 3: 6, five local layers then a global one)
         rope_local_theta       the RoPE base of local layers (None: rope_theta)
+
+    And those of Llama 3, Qwen3, SmolLM3, OLMo 2 and Granite (Qwen3's q/k norms are qk_norm):
+
+        rope_scaling           None, or {"type": "linear" | "llama3" | "yarn" | "freq_factors",
+                               ...}: RoPE's frequencies changed (rope_scaling.py)
+        no_rope_layers         the layers whose queries and keys are not rotated (SmolLM3)
+        pre_norms              False: no norm before the sublayers (OLMo 2, with post_norms)
+        qk_norm_all_heads      q and k RMS-normed over all their heads at once (OLMo 2)
+        embedding_multiplier   x_0 = m * embed(tokens)                      (Granite)
+        residual_multiplier    x += m * F(Norm(x))
+        attention_multiplier   scores = m * q . k (instead of 1/sqrt(head_dim))
+        logit_scale            logits = Norm(x_L) @ W_out.T / logit_scale
     """
 
     arch: str
@@ -66,6 +87,14 @@ class ModelConfig:
     sliding_window: int | None = None
     sliding_window_pattern: int = 1
     rope_local_theta: float | None = None
+    rope_scaling: dict | None = None
+    no_rope_layers: tuple = ()
+    pre_norms: bool = True
+    qk_norm_all_heads: bool = False
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
+    logit_scale: float = 1.0
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -84,11 +113,13 @@ class ModelConfig:
         if self.head_dim is None and isinstance(self.d_model, int) and isinstance(
                 self.n_heads, int) and self.n_heads > 0:
             self.head_dim = self.d_model // self.n_heads
+        if isinstance(self.no_rope_layers, list):  # as JSON gives it
+            self.no_rope_layers = tuple(self.no_rope_layers)
         self.validate()
 
     def rope_base(self, layer: int) -> float | None:
         """The RoPE base of `layer` (None for the classic architecture, which has no RoPE)."""
-        if self.arch == "classic":
+        if self.arch == "classic" or layer in self.no_rope_layers:
             return None
         if self.is_local(layer) and self.rope_local_theta is not None:
             return self.rope_local_theta
@@ -106,9 +137,12 @@ class ModelConfig:
             _check_positive_int(name, getattr(self, name))
         if self.sliding_window is not None:
             _check_positive_int("sliding_window", self.sliding_window)
-        for name in ("norm_eps", "rope_theta", "query_pre_attn_scalar", "rope_local_theta"):
+        for name in ("norm_eps", "rope_theta", "query_pre_attn_scalar", "rope_local_theta",
+                     "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                     "logit_scale"):
             value = getattr(self, name)
-            if value is None and name in ("query_pre_attn_scalar", "rope_local_theta"):
+            if value is None and name in ("query_pre_attn_scalar", "rope_local_theta",
+                                          "attention_multiplier"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: must be a positive number, got {value!r}")
@@ -117,10 +151,17 @@ class ModelConfig:
         if self.context_length > MAX_CONTEXT_LENGTH:
             raise ValueError(f"context_length: at most {MAX_CONTEXT_LENGTH} (2^20), got "
                              f"{self.context_length}")
-        for name in ("tie_embeddings", "bias", "embed_scale", "qk_norm", "post_norms"):
+        for name in ("tie_embeddings", "bias", "embed_scale", "qk_norm", "post_norms",
+                     "pre_norms", "qk_norm_all_heads"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be true or false, got {getattr(self, name)!r}")
-        options = [name for name in GEMMA_OPTIONS if name in self.to_dict()]
+        if not (isinstance(self.no_rope_layers, tuple) and all(
+                type(i) is int and 0 <= i < self.n_layers for i in self.no_rope_layers)):
+            raise ValueError(f"no_rope_layers: expected layer indices below n_layers="
+                             f"{self.n_layers}, got {self.no_rope_layers!r}")
+        if self.rope_scaling is not None:
+            check_scaling(self.rope_scaling, self.head_dim)
+        options = [name for name in OPTIONS if name in self.to_dict()]
         if self.arch == "classic" and options:
             raise ValueError(f"{options[0]}: an option of the modern architecture only")
         if self.head_dim == self.d_model // self.n_heads and self.d_model % self.n_heads:
@@ -142,7 +183,7 @@ class ModelConfig:
         """Every field, but for Gemma's options at their defaults: a Llama config's JSON is
         the same as before those options existed."""
         data = dataclasses.asdict(self)
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in GEMMA_OPTIONS}
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in OPTIONS}
         defaults["head_dim"] = self.d_model // self.n_heads
         return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
 
@@ -172,63 +213,8 @@ class ModelConfig:
         return cls.from_dict(data)
 
     def n_params(self) -> int:
-        """Number of parameters (the tied output layer counted once)."""
-        D, F, V, L = self.d_model, self.d_ff, self.vocab_size, self.n_layers
-        qkv = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
-        attn_out = D * self.n_heads * self.head_dim
-        if self.arch == "classic":
-            b = int(self.bias)
-            block = 2 * D * (1 + b) + qkv * D + qkv * b + D * D + D * b + 2 * D * F + F * b + D * b
-            total = V * D + self.context_length * D + L * block + D * (1 + b)
-        else:
-            block = (2 * D + qkv * D + qkv * int(self.bias) + attn_out + 3 * D * F
-                     + 2 * self.head_dim * self.qk_norm + 2 * D * self.post_norms)
-            total = V * D + L * block + D
-        return total + (0 if self.tie_embeddings else V * D)
-
-
-def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a model of this config has, by canonical name, with its shape."""
-    D, F, V, d = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
-    qkv_rows = (cfg.n_heads + 2 * cfg.n_kv_heads) * d
-    classic = cfg.arch == "classic"
-    norm_bias = classic and cfg.bias  # LayerNorm shifts; RMSNorm has none
-    linear_bias = classic and cfg.bias  # every linear layer of the classic model
-    shapes = {"tok_emb.weight": (V, D)}
-    if classic:
-        shapes["pos_emb.weight"] = (cfg.context_length, D)
-
-    def norm(name):
-        shapes[name + ".weight"] = (D,)
-        if norm_bias:
-            shapes[name + ".bias"] = (D,)
-
-    def dense(name, out_features, in_features, bias):
-        shapes[name + ".weight"] = (out_features, in_features)
-        if bias:
-            shapes[name + ".bias"] = (out_features,)
-
-    for i in range(cfg.n_layers):
-        p = f"layers.{i}."
-        norm(p + "attn_norm")
-        dense(p + "attn.qkv", qkv_rows, D, cfg.bias)
-        if cfg.qk_norm:  # one gain per head dimension, shared by the heads
-            shapes[p + "attn.q_norm.weight"] = shapes[p + "attn.k_norm.weight"] = (d,)
-        dense(p + "attn.out", D, cfg.n_heads * d, linear_bias)
-        if cfg.post_norms:
-            norm(p + "attn_post_norm")
-        norm(p + "mlp_norm")
-        if classic:
-            dense(p + "mlp.up", F, D, linear_bias)
-        else:
-            dense(p + "mlp.gate_up", 2 * F, D, False)
-        dense(p + "mlp.down", D, F, linear_bias)
-        if cfg.post_norms:
-            norm(p + "mlp_post_norm")
-    norm("final_norm")
-    if not cfg.tie_embeddings:
-        shapes["lm_head.weight"] = (V, D)
-    return shapes
+        """Number of parameters (the tied output layer counted once): parameter_shapes' sum."""
+        return sum(math.prod(shape) for shape in parameter_shapes(self).values())
 
 
 def _check_positive_int(name, value) -> None:

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from .rope_scaling import scaled_frequencies
+
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x).
@@ -116,17 +118,23 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
-def rope_tables(length: int, head_dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(length: int, head_dim: int, theta: float, dtype,
+                scaling: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The rotation tables of apply_rope for positions m < length, theta_j = theta^(-2j / d):
 
         cos = [cos(m theta_j), cos(m theta_j)],   sin = [-sin(m theta_j), sin(m theta_j)]
 
     two arrays of shape (length, head_dim), each half over j < d/2, computed in float64 and
     then cast. The sign of the first half of `sin` is what lets apply_rope rotate in one sum.
+    scaling: a model's RoPE scaling (rope_scaling.py), which changes the theta_j and may
+    multiply both tables by an attention factor.
     """
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factor = 1.0
+    if scaling is not None:
+        inv_freq, factor = scaled_frequencies(inv_freq, scaling, theta)
     angles = np.outer(np.arange(length, dtype=np.float64), inv_freq)  # (length, head_dim/2)
-    cos, sin = np.cos(angles), np.sin(angles)
+    cos, sin = factor * np.cos(angles), factor * np.sin(angles)
     return (np.concatenate([cos, cos], axis=-1).astype(dtype),
             np.concatenate([-sin, sin], axis=-1).astype(dtype))
 

@@ -16,6 +16,19 @@ is configured with them, so that the Llama path never meets them:
     sliding_window W       a local layer's query at index i sees key j only if i - j < W
                            (layers.sliding_window), and rotates by rope_local_theta
 (Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.)
+The other families' options, likewise applied only where configured:
+
+    rope_scaling           RoPE's frequencies theta_j changed (rope_scaling.py: linear, llama3,
+                           yarn): Llama 3.x, Qwen's long contexts
+    qk_norm                Qwen3, as Gemma's (no biases)
+    no_rope_layers         these layers' queries and keys are not rotated (SmolLM3)
+    pre_norms=False        x += Norm_post(Attention(x)); x += Norm_post(MLP(x))  (OLMo 2)
+    qk_norm_all_heads      q = RMSNorm(q_1 .. q_H) * g_q over all H d values, k likewise (OLMo 2)
+    embedding_multiplier   x_0 = m_e embed(tokens)                                (Granite)
+    residual_multiplier    x += m_r F(Norm(x))
+    attention_multiplier   scores = m_a q . k
+    logit_scale            logits = Norm(x_L) @ W_out.T / logit_scale
+(Phi-3's fused q/k/v and gate/up projections are minillm's own layout: no option.)
 """
 from __future__ import annotations
 
@@ -24,7 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import ModelConfig, parameter_shapes
+from .config import ModelConfig
+from .parameters import random_params
 from .inputs import check_pad, check_tokens
 from .kv_cache import KVCache
 from .layers import (ACTIVATIONS, apply_rope, attention, layer_norm, linear, positions_and_mask,
@@ -56,11 +70,13 @@ class Model:
         self.output_weight = self.params.get("lm_head.weight", self.params["tok_emb.weight"])
         # RoPE base -> (cos, sin), each (L, 1, d) for positions < L: none until _grow_rope
         empty = np.empty((0, 1, cfg.head_dim), self.dtype)
-        # Per layer, read once: its RoPE base and whether it is local (a sliding window).
-        self._theta = [cfg.rope_base(layer) for layer in range(cfg.n_layers)]
+        # Per layer, read once: whether it is local (a sliding window) and its RoPE tables'
+        # key, (base, scaled) or None for no rotation (only global layers are scaled).
         self._local = [cfg.is_local(layer) for layer in range(cfg.n_layers)]
-        self._rope = {theta: (empty, empty) for theta in set(self._theta) - {None}}
-
+        self._theta = [None if cfg.rope_base(i) is None else
+                       (cfg.rope_base(i), cfg.rope_scaling is not None and not self._local[i])
+                       for i in range(cfg.n_layers)]
+        self._rope = {key: (empty, empty) for key in set(self._theta) - {None}}
 
     @property
     def vocab_size(self) -> int:
@@ -74,7 +90,6 @@ class Model:
     def nbytes(self) -> int:
         """Bytes of every parameter held (a quantized weight counts its integers and scales)."""
         return sum(w.nbytes for w in self.params.values())
-
 
     def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
         """An empty cache for `batch_size` rows of up to `capacity` tokens (the context length);
@@ -99,9 +114,8 @@ class Model:
         several texts end to end in one row and gives the positions and the mask itself.)
         pad: (B,) count of left-padding tokens per row (ragged batches); with a cache it is
         given once, at prefill, and remembered.
-        last: return only the logits of the last `last` positions, (B, last, V), or of the
-        positions listed (an index array, (B, len(last), V)); a prefill needs one row, and
-        skipping the others saves most of the output layer's work.
+        last: only the logits of the last `last` positions, or of those listed (an index
+        array): a prefill needs one row, and skipping the rest saves most of the output layer.
         """
         cfg, w = self.config, self.params
         tokens = check_tokens(tokens, cfg.vocab_size)
@@ -135,29 +149,38 @@ class Model:
             x += w["pos_emb.weight"][positions]
         if cfg.embed_scale:
             x *= math.sqrt(cfg.d_model)
+        if cfg.embedding_multiplier != 1.0:
+            x *= cfg.embedding_multiplier
+        r = cfg.residual_multiplier
         for layer in range(cfg.n_layers):  # x += Attention(Norm(x)); x += MLP(Norm(x))
             name = f"layers.{layer}."
-            h = self._attention(self._norm(x, name + "attn_norm"), name, layer, positions,
-                                seen[layer], cache)
-            x += self._norm(h, name + "attn_post_norm") if cfg.post_norms else h
-            h = self._mlp(self._norm(x, name + "mlp_norm"), name)
-            x += self._norm(h, name + "mlp_post_norm") if cfg.post_norms else h
+            h = self._norm(x, name + "attn_norm") if cfg.pre_norms else x
+            h = self._attention(h, name, layer, positions, seen[layer], cache)
+            h = self._norm(h, name + "attn_post_norm") if cfg.post_norms else h
+            x += h if r == 1.0 else r * h
+            h = self._norm(x, name + "mlp_norm") if cfg.pre_norms else x
+            h = self._mlp(h, name)
+            h = self._norm(h, name + "mlp_post_norm") if cfg.post_norms else h
+            x += h if r == 1.0 else r * h
         if cache is not None:
             cache.advance(T)
         if last is not None:  # the output layer only where logits are wanted
             x = x[:, -last:] if np.ndim(last) == 0 else x[:, last]
-        return linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
+        logits = linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
+        return logits if cfg.logit_scale == 1.0 else logits / cfg.logit_scale
 
     # -- the pieces of forward -------------------------------------------------------------
 
     def _grow_rope(self, end: int) -> None:
         """Extend the RoPE tables to positions < end, doubling up to the context length: their
         memory follows the text, not the context length (which may be far longer)."""
-        for theta, (cos, _) in self._rope.items():
+        cfg = self.config
+        for (theta, scaled), (cos, _) in self._rope.items():
             if len(cos) < end:
-                length = min(max(end, 2 * len(cos)), self.config.context_length)
-                cos, sin = rope_tables(length, self.config.head_dim, theta, self.dtype)
-                self._rope[theta] = (cos[:, None], sin[:, None])
+                length = min(max(end, 2 * len(cos)), cfg.context_length)
+                cos, sin = rope_tables(length, cfg.head_dim, theta, self.dtype,
+                                       cfg.rope_scaling if scaled else None)
+                self._rope[theta, scaled] = (cos[:, None], sin[:, None])
 
     def _attention(self, h, name, layer, positions, seen, cache):
         cfg, w = self.config, self.params
@@ -166,10 +189,9 @@ class Model:
         qkv = linear(h, w[name + "attn.qkv.weight"], w.get(name + "attn.qkv.bias"))
         qkv = qkv.reshape(B, T, H + 2 * K, d)
         qk = qkv[:, :, :H + K]
-        if cfg.qk_norm:  # Gemma: each query and key head RMS-normed over its d values
-            qk = np.concatenate([self._norm(qk[:, :, :H], name + "attn.q_norm"),
-                                 self._norm(qk[:, :, H:], name + "attn.k_norm")], axis=2)
-        if cfg.arch == "modern":
+        if cfg.qk_norm:
+            qk = self._qk_norm(qk, name)
+        if self._theta[layer] is not None:  # (not the classic model, nor SmolLM3's NoPE layers)
             # Rotate queries and keys together: one call for the H + K heads.
             cos, sin = self._rope[self._theta[layer]]
             qk = apply_rope(qk, cos[positions], sin[positions])  # tables (.., T, 1, d)
@@ -179,10 +201,23 @@ class Model:
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
         first, mask = seen  # a local layer reads only the keys of its window
-        scale = None if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar ** -0.5
+        scale = cfg.attention_multiplier if cfg.query_pre_attn_scalar is None else \
+            cfg.query_pre_attn_scalar ** -0.5
         out = self.attend(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
+
+    def _qk_norm(self, qk, name):
+        """Gemma, Qwen3: each query and key head RMS-normed over its d values; OLMo 2
+        (qk_norm_all_heads): the queries over all their H d values, the keys over K d."""
+        B, T, _, d = qk.shape
+        H, K = self.config.n_heads, self.config.n_kv_heads
+        if not self.config.qk_norm_all_heads:
+            return np.concatenate([self._norm(qk[:, :, :H], name + "attn.q_norm"),
+                                   self._norm(qk[:, :, H:], name + "attn.k_norm")], axis=2)
+        q = self._norm(qk[:, :, :H].reshape(B, T, H * d), name + "attn.q_norm")
+        k = self._norm(qk[:, :, H:].reshape(B, T, K * d), name + "attn.k_norm")
+        return np.concatenate([q, k], axis=2).reshape(B, T, H + K, d)
 
     # Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given: a subclass
     # may compute the same another way (the fast path's tiled attention).
@@ -210,24 +245,6 @@ class Model:
 
 def random_model(config: ModelConfig, seed: int = 0, dtype="float32",
                  std: float = 0.02) -> Model:
-    """A model with seeded random weights: N(0, std^2) matrices, norm gains near 1, small biases.
-
-    Residual output projections are scaled by 1/sqrt(2 n_layers) as in GPT-2. Norm gains and
-    biases are randomised too (not 1 and 0) so that tests exercise every parameter.
-    The reference model: minillm.fast.accelerate(model) gives the fast one.
-    """
-    rng = np.random.default_rng(seed)
-    params = {}
-    for name, shape in parameter_shapes(config).items():
-        if name.endswith("norm.weight"):
-            w = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif name.endswith("norm.bias"):
-            w = 0.1 * rng.standard_normal(shape)
-        elif name.endswith(".bias"):
-            w = std * rng.standard_normal(shape)
-        elif name.endswith(("out.weight", "down.weight")):
-            w = std / np.sqrt(2 * config.n_layers) * rng.standard_normal(shape)
-        else:
-            w = std * rng.standard_normal(shape)
-        params[name] = w.astype(dtype)
-    return Model(config, params)
+    """A model with seeded random weights (parameters.random_params). The reference model:
+    minillm.fast.accelerate(model) gives the fast one."""
+    return Model(config, random_params(config, seed, dtype, std))

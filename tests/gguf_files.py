@@ -7,6 +7,7 @@ Every part can be given wrong on purpose (magic, version, counts, offsets) to te
 refusals. Also: the GGUF tensors of a minillm model, the way llama.cpp's converter lays them out.
 """
 import struct
+import types
 
 import numpy as np
 
@@ -205,3 +206,43 @@ def gpt2_gguf_parts(model, output_copy=True):
     tensors = [(name, w.shape, F32, np.ascontiguousarray(w, dtype=np.float32).tobytes())
                for name, w in out.items()]
     return metadata, tensors
+
+
+def family_gguf_parts(model, arch, extra_metadata=(), extra_tensors=()):
+    """(metadata, tensors) of a modern minillm model with the families' options as llama.cpp's
+    converter writes each architecture: llama, granite and smollm3 permuted to interleaved
+    pairs; qwen3 with per-head q/k norms; olmo2 without the norms before the sublayers and
+    with q/k norms over all heads; phi3 with q, k, v fused in attn_qkv and gate, up in
+    ffn_up; attention.key_length when the head size is not d_model / n_heads. extra_tensors:
+    (name, float32 array) pairs."""
+    cfg, p = model.config, model.params
+    permute = arch in ("llama", "granite", "smollm3")
+    if cfg.pre_norms:
+        tensors = llama_cpp_tensors(model, permute)
+    else:  # olmo2: the blocks without the norms before the sublayers
+        stand_in = {**p, **{f"layers.{i}.{n}.weight": p["final_norm.weight"]
+                            for i in range(cfg.n_layers) for n in ("attn_norm", "mlp_norm")}}
+        tensors = {n: w for n, w in llama_cpp_tensors(
+            types.SimpleNamespace(config=cfg, params=stand_in), permute).items()
+            if not n.endswith(("attn_norm.weight", "ffn_norm.weight"))}
+    for i in range(cfg.n_layers):
+        src, dst = f"layers.{i}.", f"blk.{i}."
+        if cfg.qk_norm:
+            tensors[dst + "attn_q_norm.weight"] = p[src + "attn.q_norm.weight"]
+            tensors[dst + "attn_k_norm.weight"] = p[src + "attn.k_norm.weight"]
+        if cfg.post_norms:
+            tensors[dst + "post_attention_norm.weight"] = p[src + "attn_post_norm.weight"]
+            tensors[dst + "post_ffw_norm.weight"] = p[src + "mlp_post_norm.weight"]
+        if arch == "phi3":
+            tensors[dst + "attn_qkv.weight"] = p[src + "attn.qkv.weight"]
+            tensors[dst + "ffn_up.weight"] = p[src + "mlp.gate_up.weight"]
+            for name in ("attn_q", "attn_k", "attn_v", "ffn_gate"):
+                del tensors[dst + name + ".weight"]
+    tensors.update(extra_tensors)
+    metadata = llama_cpp_metadata(cfg, arch)
+    if cfg.head_dim != cfg.d_model // cfg.n_heads:
+        metadata += [(f"{arch}.attention.key_length", UINT32, cfg.head_dim),
+                     (f"{arch}.attention.value_length", UINT32, cfg.head_dim)]
+    listed = [(name, w.shape, F32, np.ascontiguousarray(w, dtype=np.float32).tobytes())
+              for name, w in tensors.items()]
+    return metadata + list(extra_metadata), listed

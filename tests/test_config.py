@@ -3,7 +3,7 @@ import json
 import pytest
 
 from minillm import ModelConfig
-from minillm.config import GEMMA_OPTIONS
+from minillm.config import FAMILY_OPTIONS, GEMMA_OPTIONS
 
 BASE = dict(arch="modern", vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4,
             n_kv_heads=2, d_ff=48)
@@ -74,3 +74,27 @@ def test_gemma_options_are_checked(changes, message):
                      n_heads=2), **changes}
     with pytest.raises(ValueError, match=message):
         ModelConfig(**fields)
+
+
+def test_family_options_round_trip_through_json_and_are_checked_by_name():
+    cfg = ModelConfig(arch="modern", vocab_size=11, context_length=16, d_model=16, n_layers=3,
+                      n_heads=2, rope_scaling={"type": "yarn", "factor": 4.0,
+                                               "original_context": 8},
+                      no_rope_layers=(2,), pre_norms=False, post_norms=True, qk_norm=True,
+                      qk_norm_all_heads=True, embedding_multiplier=12.0,
+                      residual_multiplier=0.25, attention_multiplier=0.125, logit_scale=8.0)
+    assert ModelConfig.from_json(cfg.to_json()) == cfg
+    llama = ModelConfig(arch="modern", vocab_size=11, context_length=16, d_model=16,
+                        n_layers=3, n_heads=2)
+    assert set(llama.to_dict()).isdisjoint(FAMILY_OPTIONS)
+    for change, message in [
+            (dict(rope_scaling={"type": "longrope", "factor": 2.0}), "rope_scaling: expected"),
+            (dict(rope_scaling={"type": "linear"}), "rope_scaling.factor: missing"),
+            (dict(rope_scaling={"type": "linear", "factor": -1.0}), "rope_scaling.factor"),
+            (dict(rope_scaling={"type": "freq_factors", "factors": [1.0]}),
+             "rope_scaling.factors"),
+            (dict(no_rope_layers=(3,)), "no_rope_layers"),
+            (dict(residual_multiplier=0.0), "residual_multiplier"),
+            (dict(logit_scale=float("inf")), "logit_scale")]:
+        with pytest.raises(ValueError, match=message):
+            ModelConfig(**{**llama.to_dict(), **change})

@@ -250,11 +250,18 @@ def test_hf_llama_config_old_and_new_rope_fields():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "RoPE scaling 'llama3'"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "RoPE scaling 'yarn'"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling.low_freq_factor"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_scaling.factor"),
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 8.0}}, "RoPE scaling 'longrope'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "RoPE scaling 'dynamic'"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7}},
+     "rope_scaling.mscale"),
+    ({"partial_rotary_factor": 0.75, "model_type": "phi3"}, "partial_rotary_factor"),
+    ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 64},
+     "use_sliding_window"),
+    ({"model_type": "granite", "attention_bias": True}, "attention_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"mlp_bias": True}, "mlp_bias"),
-    ({"head_dim": 16}, "head_dim"),
     ({"hidden_act": "relu"}, "hidden_act 'relu'"),
     ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window"),
     ({"model_type": "gemma"}, "model_type 'gemma'"),

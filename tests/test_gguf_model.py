@@ -159,12 +159,12 @@ def refusal(tmp_path, model, **changes):
 def test_refusals_name_the_problem(tmp_path):
     model = minillm.random_model(CFG, seed=6)
     assert "general.architecture 'falcon' is not supported" in refusal(tmp_path, model, arch="falcon")
-    assert "'phi3' is not supported" in refusal(tmp_path, model, arch="phi3")
-    assert "RoPE scaling (yarn)" in refusal(
-        tmp_path, model, extra_metadata=[("llama.rope.scaling.type", STRING, "yarn")])
-    assert "mixtures of experts" in refusal(
+    assert "'bert' is not supported" in refusal(tmp_path, model, arch="bert")
+    assert "llama.rope.scaling.type: 'longrope' is not supported" in refusal(
+        tmp_path, model, extra_metadata=[("llama.rope.scaling.type", STRING, "longrope")])
+    assert "llama.expert_count: found 8" in refusal(
         tmp_path, model, extra_metadata=[("llama.expert_count", UINT32, 8)])
-    assert "llama.attention.key_length is 8" in refusal(
+    assert "llama.rope.dimension_count is 4" in refusal(
         tmp_path, model, extra_metadata=[("llama.attention.key_length", UINT32, 8)])
 
 
@@ -179,7 +179,7 @@ def test_missing_and_extra_tensors_and_metadata_are_refused(tmp_path):
         (metadata, [t for n, t in tensors.items() if n != "blk.1.ffn_up.weight"],
          "missing tensor(s) blk.1.ffn_up.weight"),
         (metadata, list(tensors.values()) + [("rope_freqs.weight", (4,), F32, bytes(16))],
-         "RoPE scaling (rope_freqs)"),
+         "rope_freqs.weight: expected (2,)"),
         (metadata, list(tensors.values()) + [("blk.0.extra.weight", (4,), F32, bytes(16))],
          "unexpected tensor(s) blk.0.extra.weight"),
         (metadata[:-2], list(tensors.values()),

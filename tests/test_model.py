@@ -206,9 +206,10 @@ def with_whole_tables(model):
     position < context_length (layers.rope_tables), built at once and looked up."""
     cfg, whole = model.config, copy.copy(model)
     whole._rope = {}
-    for theta in model._rope:
-        cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, model.dtype)
-        whole._rope[theta] = (cos[:, None], sin[:, None])
+    for theta, scaled in model._rope:  # a layer's RoPE base, and whether it is scaled
+        cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, model.dtype,
+                               cfg.rope_scaling if scaled else None)
+        whole._rope[theta, scaled] = (cos[:, None], sin[:, None])
     whole._grow_rope = lambda end: None
     return whole
 

@@ -20,6 +20,7 @@ import numpy as np
 from ..config import MAX_CONTEXT_LENGTH, ModelConfig
 from .npz import WeightsError
 from .gguf import GGUFFile
+from .gguf_keys import check_keys, family_options, rope_scaling
 from .gguf_metadata import REQUIRED, read
 
 # The allowed ranges of the RMSNorm epsilon and the RoPE base (docs/CONVERT.md): outside them
@@ -28,9 +29,11 @@ from .gguf_metadata import REQUIRED, read
 EPS_RANGE = (1e-12, 1.0)
 ROPE_BASE_RANGE = (1.0, 1e12)
 
-# Architectures read, and whether llama.cpp's converter permuted their q and k rows.
+# Architectures read, and whether llama.cpp's converter permuted their q and k rows (those
+# llama.cpp rotates with LLAMA_ROPE_TYPE_NORM, interleaved pairs).
 ARCHITECTURES = {"llama": True, "mistral": True, "qwen2": False, "gemma3": False,
-                 "gpt2": False}
+                 "gpt2": False, "qwen3": False, "olmo2": False, "phi3": False, "granite": True,
+                 "smollm3": True}
 # llama.cpp's Gemma 3: one global layer in six, local layers rotating with base 10000.
 GEMMA3_PATTERN, GEMMA3_LOCAL_ROPE_BASE = 6, 10000.0
 
@@ -64,13 +67,7 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
         raise WeightsError(f"token_embd.weight: found shape {embedding.shape}, expected "
                            "(vocab_size, embedding_length)")
     vocab_size, d_model = embedding.shape
-    if get("expert_count", default=0):
-        raise WeightsError(f"{arch}.expert_count is {get('expert_count')}: mixtures of experts "
-                           "are not supported")
-    scaling = get("rope.scaling.type", "string", default="none")
-    if scaling != "none" or "rope_freqs.weight" in gguf.tensors:
-        raise WeightsError(f"RoPE scaling ({scaling if scaling != 'none' else 'rope_freqs'}) "
-                           "is not supported")
+    check_keys(gguf.metadata, arch, vocab_size)  # every key applied below, or refused here
     n_blocks = blocks_in(gguf)
     n_layers = get("block_count", low=1)
     if n_layers != n_blocks:
@@ -84,16 +81,17 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     n_heads = get("attention.head_count", low=1, high=d_model)
     n_kv_heads = get("attention.head_count_kv", default=n_heads, low=1, high=n_heads)
     gemma = gemma3_options(get, d_model, n_heads, n_layers) if arch == "gemma3" else {}
-    head_dim = gemma.get("head_dim", d_model // n_heads)
-    if n_heads % n_kv_heads or head_dim % 2 or (not gemma and d_model % n_heads):
+    head_dim = get("attention.key_length", default=d_model // n_heads, low=2, high=2**16)
+    if n_heads % n_kv_heads or head_dim % 2:
         raise WeightsError(f"{arch}.attention.head_count {n_heads} and head_count_kv "
                            f"{n_kv_heads}: expected head_count_kv to divide head_count, and "
-                           f"heads of even size (embedding_length {d_model} / head_count"
-                           + (", or attention.key_length" if gemma else "") + ")")
+                           f"heads of even size (attention.key_length, or embedding_length "
+                           f"{d_model} / head_count)")
+    context_length = get("context_length", low=1, high=MAX_CONTEXT_LENGTH)
     config = ModelConfig(
         arch="modern",
         vocab_size=vocab_size,
-        context_length=get("context_length", low=1, high=MAX_CONTEXT_LENGTH),
+        context_length=context_length,
         d_model=d_model,
         n_layers=n_layers,
         n_heads=n_heads,
@@ -105,13 +103,15 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
                                         low=ROPE_BASE_RANGE[0], high=ROPE_BASE_RANGE[1])),
         tie_embeddings="output.weight" not in gguf.tensors,
         bias="blk.0.attn_q.bias" in gguf.tensors,
-        **gemma,
+        head_dim=head_dim,
+        rope_scaling=rope_scaling(gguf, get, head_dim, context_length),
+        **gemma, **family_options(arch, get, n_layers),
     )
-    for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
+    for key in ("rope.dimension_count", "attention.value_length"):
         if get(key, default=config.head_dim) != config.head_dim:
-            source = "attention.key_length" if gemma else "embedding_length / head_count"
             raise WeightsError(f"{arch}.{key} is {get(key)}, but minillm needs the head size "
-                               f"{source} = {config.head_dim}")
+                               f"attention.key_length (or embedding_length / head_count) = "
+                               f"{config.head_dim}")
     return config
 
 
@@ -143,12 +143,16 @@ def gemma3_options(get, d_model, n_heads, n_layers) -> dict:
     if softcap:
         raise WeightsError(f"gemma3.final_logit_softcapping {softcap}: logit soft-capping is "
                            "not supported")
-    window = get("attention.sliding_window", default=None, low=1, high=MAX_CONTEXT_LENGTH)
-    return dict(head_dim=head_dim, embed_scale=True, qk_norm=True, post_norms=True,
+    window = get("attention.sliding_window", default=0, low=0, high=MAX_CONTEXT_LENGTH) or None
+    pattern = get("attention.sliding_window_pattern", default=GEMMA3_PATTERN, low=1,
+                  high=2**16)
+    local_base = get("rope.freq_base_swa", "float32", default=GEMMA3_LOCAL_ROPE_BASE,
+                     low=ROPE_BASE_RANGE[0], high=ROPE_BASE_RANGE[1])
+    return dict(embed_scale=True, qk_norm=True, post_norms=True,
                 activation="gelu_tanh",
                 query_pre_attn_scalar=float(d_model // n_heads if n_layers == 62 else head_dim),
-                sliding_window=window, sliding_window_pattern=GEMMA3_PATTERN,
-                rope_local_theta=None if window is None else GEMMA3_LOCAL_ROPE_BASE)
+                sliding_window=window, sliding_window_pattern=pattern,
+                rope_local_theta=None if window is None else shortest_float32(local_base))
 
 
 def blocks_in(gguf: GGUFFile) -> int:
@@ -156,8 +160,9 @@ def blocks_in(gguf: GGUFFile) -> int:
     return len({name.split(".")[1] for name in gguf.tensors if name.startswith("blk.")})
 
 
-def gguf_shapes(cfg: ModelConfig) -> dict:
-    """{GGUF tensor name: NumPy shape} of every tensor a file of this config holds."""
+def gguf_shapes(cfg: ModelConfig, fused: bool = False) -> dict:
+    """{GGUF tensor name: NumPy shape} of every tensor a file of this config holds (fused:
+    a phi3 file's)."""
     D, F, V, d = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
     q_rows, kv_rows = cfg.n_heads * d, cfg.n_kv_heads * d
     shapes = {"token_embd.weight": (V, D), "output_norm.weight": (D,)}
@@ -165,22 +170,33 @@ def gguf_shapes(cfg: ModelConfig) -> dict:
         shapes["output.weight"] = (V, D)
     if cfg.arch == "classic":
         return {**shapes, **gpt2_shapes(cfg)}
+    if cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "freq_factors":
+        shapes["rope_freqs.weight"] = (d // 2,)
     for i in range(cfg.n_layers):
         blk = f"blk.{i}."
-        shapes.update({blk + "attn_norm.weight": (D,), blk + "attn_q.weight": (q_rows, D),
-                       blk + "attn_k.weight": (kv_rows, D), blk + "attn_v.weight": (kv_rows, D),
-                       blk + "attn_output.weight": (D, q_rows), blk + "ffn_norm.weight": (D,),
-                       blk + "ffn_gate.weight": (F, D), blk + "ffn_up.weight": (F, D),
-                       blk + "ffn_down.weight": (D, F)})
+        pre = (D,) if cfg.pre_norms else None  # OLMo 2 has no norms before the sublayers
+        if fused:  # phi3: q, k, v rows in one matrix; gate and up rows in one
+            shapes.update({blk + "attn_norm.weight": pre,
+                           blk + "attn_qkv.weight": (q_rows + 2 * kv_rows, D),
+                           blk + "attn_output.weight": (D, q_rows), blk + "ffn_norm.weight": pre,
+                           blk + "ffn_up.weight": (2 * F, D), blk + "ffn_down.weight": (D, F)})
+        else:
+            shapes.update({blk + "attn_norm.weight": pre, blk + "attn_q.weight": (q_rows, D),
+                           blk + "attn_k.weight": (kv_rows, D),
+                           blk + "attn_v.weight": (kv_rows, D),
+                           blk + "attn_output.weight": (D, q_rows), blk + "ffn_norm.weight": pre,
+                           blk + "ffn_gate.weight": (F, D), blk + "ffn_up.weight": (F, D),
+                           blk + "ffn_down.weight": (D, F)})
         if cfg.bias:
             shapes.update({blk + "attn_q.bias": (q_rows,), blk + "attn_k.bias": (kv_rows,),
                            blk + "attn_v.bias": (kv_rows,)})
         if cfg.qk_norm:
-            shapes.update({blk + "attn_q_norm.weight": (d,), blk + "attn_k_norm.weight": (d,)})
+            q, k = (q_rows, kv_rows) if cfg.qk_norm_all_heads else (d, d)
+            shapes.update({blk + "attn_q_norm.weight": (q,), blk + "attn_k_norm.weight": (k,)})
         if cfg.post_norms:
             shapes.update({blk + "post_attention_norm.weight": (D,),
                            blk + "post_ffw_norm.weight": (D,)})
-    return shapes
+    return {name: shape for name, shape in shapes.items() if shape is not None}
 
 
 def gpt2_shapes(cfg: ModelConfig) -> dict:
@@ -201,7 +217,7 @@ def gpt2_shapes(cfg: ModelConfig) -> dict:
 def check_tensors(gguf: GGUFFile, cfg: ModelConfig) -> None:
     """The file's tensors are exactly those of the config, each of the shape it needs; else a
     WeightsError in the file's terms (tensor name, expected and found shape)."""
-    expected = gguf_shapes(cfg)
+    expected = gguf_shapes(cfg, fused=architecture(gguf) == "phi3")
     missing = [name for name in expected if name not in gguf.tensors]
     if missing:
         raise WeightsError(f"missing tensor(s) {', '.join(missing[:8])}"

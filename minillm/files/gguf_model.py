@@ -57,6 +57,9 @@ GGUF_NAMES = {
     "final_norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight",
 }
+# Phi-3: llama.cpp keeps its fused gate and up rows in ffn_up (and q, k, v in attn_qkv).
+PHI3_NAMES = {**{k: v for k, v in GGUF_NAMES.items() if v != "blk.{i}.ffn_up.weight"},
+              "layers.{i}.mlp.gate_up.weight": "blk.{i}.ffn_up.weight"}
 
 
 def model_from_gguf(source, dtype="float32", tokenizer=True, int8=False):
@@ -81,7 +84,9 @@ def model_from_gguf(source, dtype="float32", tokenizer=True, int8=False):
             tok = Tokenizer.from_gguf(gguf.metadata)
             tok_json, tok_config_json = tok.to_json(), tok.config.to_json()
             del tok
-        naming = Naming(GGUF_NAMES, interleaved_rope=ARCHITECTURES[arch])
+        names = GGUF_NAMES if arch != "phi3" else PHI3_NAMES
+        naming = Naming(names, interleaved_rope=ARCHITECTURES[arch],
+                        ignore=(r"rope_freqs\.weight",))  # read into the config
         return from_state_dict(Dequantized(gguf.tensors), config, naming=naming, dtype=dtype,
                                tokenizer_json=tok_json, tokenizer_config_json=tok_config_json,
                                int8=int8)

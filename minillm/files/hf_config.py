@@ -6,16 +6,20 @@ approximation.
 """
 from __future__ import annotations
 
-from ..config import GEMMA_OPTIONS, ModelConfig
+from ..config import OPTIONS, ModelConfig
 
 # Hugging Face activation names -> minillm's (ACT2FN: "gelu" is the exact erf form).
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                    "gelu_fast": None, "silu": "silu", "swish": "silu"}
-LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "olmo2", "granite", "phi3")
+# Each family's options of the modern architecture (ModelConfig), beyond what config.json sizes.
+_FAMILY_OPTIONS = {"qwen3": dict(qk_norm=True),
+                   "olmo2": dict(pre_norms=False, post_norms=True, qk_norm=True,
+                                 qk_norm_all_heads=True)}
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
-    """A ModelConfig from a Hugging Face config.json (model_type gpt2, llama, mistral, qwen2)."""
+    """A ModelConfig from a Hugging Face config.json (model_type gpt2, or one of LLAMA_FAMILY)."""
     model_type = hf.get("model_type")
     if model_type not in ("gpt2",) + LLAMA_FAMILY:
         raise ValueError(f"config.json: model_type {model_type!r} is not supported; expected "
@@ -55,31 +59,71 @@ def _from_gpt2(hf: dict) -> ModelConfig:
 def _rope_theta(hf: dict) -> float:
     """rope_theta, from `rope_parameters` (transformers >= 5) or the older top-level fields."""
     params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
-    for source in (params, scaling):
-        kind = source.get("rope_type", source.get("type", "default"))
-        if kind != "default":
-            raise ValueError(f"config.json: RoPE scaling {kind!r} is not supported (minillm "
-                             "implements plain RoPE only)")
     if params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)) != 1.0:
         raise ValueError("config.json: partial_rotary_factor is not supported")
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
+def _rope_scaling(hf: dict) -> dict | None:
+    """ModelConfig.rope_scaling (rope_scaling.py) from `rope_parameters` or `rope_scaling`:
+    linear, llama3 and yarn; any other kind, or a number minillm would not use, is refused."""
+    params = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind not in ("linear", "llama3", "yarn"):
+        raise ValueError(f"config.json: RoPE scaling {kind!r} is not supported (minillm "
+                         "implements linear, llama3 and yarn)")
+    for key in ("mscale", "mscale_all_dim", "extrapolation_factor"):
+        if params.get(key) not in (None, 0):
+            raise ValueError(f"config.json: rope_scaling.{key} is not supported")
+    if params.get("truncate", True) is not True:
+        raise ValueError("config.json: rope_scaling.truncate=false is not supported")
+    scaling = {"type": kind, "factor": params.get("factor")}
+    original = params.get("original_max_position_embeddings")
+    if kind == "llama3":
+        scaling.update(low_freq_factor=params.get("low_freq_factor"), original_context=original,
+                       high_freq_factor=params.get("high_freq_factor"))
+    if kind == "yarn":
+        scaling["original_context"] = original or hf.get("max_position_embeddings")
+        for key in ("beta_fast", "beta_slow", "attention_factor"):
+            if params.get(key) is not None:
+                scaling[key] = params[key]
+    return scaling
+
+
+def _family_options(hf: dict) -> dict:
+    """The options a family's config.json sets (Granite's multipliers, SmolLM3's layers
+    without RoPE), and the refusal of what minillm does not compute."""
+    model_type, options = hf["model_type"], dict(_FAMILY_OPTIONS.get(hf["model_type"], {}))
+    if model_type == "granite":
+        options.update(embedding_multiplier=float(hf.get("embedding_multiplier", 1.0)),
+                       residual_multiplier=float(hf.get("residual_multiplier", 1.0)),
+                       attention_multiplier=float(hf.get("attention_multiplier", 1.0)),
+                       logit_scale=float(hf.get("logits_scaling", 1.0)))
+    if model_type == "smollm3":
+        flags = hf.get("no_rope_layers") or [1] * hf["num_hidden_layers"]
+        if len(flags) != hf["num_hidden_layers"] or any(f not in (0, 1) for f in flags):
+            raise ValueError("config.json: no_rope_layers must hold a 0 or 1 per layer")
+        options["no_rope_layers"] = tuple(i for i, use_rope in enumerate(flags) if not use_rope)
+    if model_type == "phi3" and hf.get("sliding_window") is not None:
+        # every layer local: no layer's index + 1 is a multiple of n_layers + 1
+        options.update(sliding_window=hf["sliding_window"],
+                       sliding_window_pattern=hf["num_hidden_layers"] + 1)
+    return options
+
+
 def _from_llama(hf: dict) -> ModelConfig:
     model_type = hf["model_type"]
     d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
-    if hf.get("head_dim") not in (None, d_model // n_heads):
-        raise ValueError(f"config.json: head_dim={hf['head_dim']} differs from hidden_size / "
-                         f"num_attention_heads = {d_model // n_heads}; minillm ties them")
     _require(hf, "mlp_bias", lambda v: not v, "minillm's gated MLP has no biases")
     _require(hf, "pretraining_tp", lambda v: v == 1, "tensor-parallel slicing")
-    if model_type == "llama":
+    if model_type not in ("qwen2", "mistral"):
         _require(hf, "attention_bias", lambda v: not v,
-                 "Llama's attention_bias also puts a bias on o_proj; minillm's modern model "
-                 "has a q/k/v bias only, as Qwen2")
-    if hf.get("sliding_window") is not None and (model_type != "qwen2"
-                                                 or hf.get("use_sliding_window")):
+                 f"{model_type}'s attention_bias also puts a bias on o_proj; minillm's modern "
+                 "model has a q/k/v bias only, as Qwen2")
+    _require(hf, "use_sliding_window", lambda v: not v, "sliding windows of this family")
+    if hf.get("sliding_window") is not None and model_type in ("llama", "mistral"):
         raise ValueError("config.json: sliding_window attention is not supported")
     return ModelConfig(
         arch="modern", vocab_size=hf["vocab_size"],
@@ -88,7 +132,9 @@ def _from_llama(hf: dict) -> ModelConfig:
         n_kv_heads=hf.get("num_key_value_heads") or n_heads, d_ff=hf["intermediate_size"],
         norm_eps=hf.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(hf),
         tie_embeddings=hf.get("tie_word_embeddings", False), bias=model_type == "qwen2",
-        activation=_activation(hf, "hidden_act", ("silu", "gelu", "gelu_tanh")))
+        activation=_activation(hf, "hidden_act", ("silu", "gelu", "gelu_tanh")),
+        head_dim=hf.get("head_dim") or d_model // n_heads, rope_scaling=_rope_scaling(hf),
+        **_family_options(hf))
 
 
 def config_to_hf(cfg: ModelConfig, dtype: str = "float32") -> dict:
@@ -107,9 +153,9 @@ def config_to_hf(cfg: ModelConfig, dtype: str = "float32") -> dict:
                 "activation_function": {"gelu": "gelu", "gelu_tanh": "gelu_new"}[cfg.activation],
                 "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
                 "attn_pdrop": 0.0, "scale_attn_weights": True}
-    gemma = [name for name in GEMMA_OPTIONS if name in cfg.to_dict()]
-    if gemma:
-        raise ValueError(f"model: Gemma 3's option(s) {', '.join(gemma)} cannot be exported; "
+    options = [name for name in OPTIONS if name in cfg.to_dict()]
+    if options:
+        raise ValueError(f"model: the option(s) {', '.join(options)} cannot be exported; "
                          "minillm exports GPT-2, Llama and Qwen2")
     if cfg.activation != "silu":
         raise ValueError(f"model: a modern model with activation {cfg.activation!r} is not a "

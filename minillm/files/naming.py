@@ -71,14 +71,24 @@ _HF_LLAMA_NAMES = {
     "layers.{i}.attn.q.bias": "layers.{i}.self_attn.q_proj.bias",
     "layers.{i}.attn.k.bias": "layers.{i}.self_attn.k_proj.bias",
     "layers.{i}.attn.v.bias": "layers.{i}.self_attn.v_proj.bias",
+    "layers.{i}.attn.qkv.weight": "layers.{i}.self_attn.qkv_proj.weight",  # Phi-3: fused
+    "layers.{i}.attn.q_norm.weight": "layers.{i}.self_attn.q_norm.weight",  # Qwen3, OLMo 2
+    "layers.{i}.attn.k_norm.weight": "layers.{i}.self_attn.k_norm.weight",
     "layers.{i}.attn.out.weight": "layers.{i}.self_attn.o_proj.weight",
     "layers.{i}.mlp_norm.weight": "layers.{i}.post_attention_layernorm.weight",
     "layers.{i}.mlp.gate.weight": "layers.{i}.mlp.gate_proj.weight",
     "layers.{i}.mlp.up.weight": "layers.{i}.mlp.up_proj.weight",
+    "layers.{i}.mlp.gate_up.weight": "layers.{i}.mlp.gate_up_proj.weight",  # Phi-3: gate; up
     "layers.{i}.mlp.down.weight": "layers.{i}.mlp.down_proj.weight",
     "final_norm.weight": "norm.weight",
     "lm_head.weight": "lm_head.weight",
 }
+# OLMo 2 norms the sublayers' outputs only: its post_attention_layernorm comes after attention.
+_HF_OLMO2_NAMES = {
+    **{k: v for k, v in _HF_LLAMA_NAMES.items() if k not in (
+        "layers.{i}.attn_norm.weight", "layers.{i}.mlp_norm.weight")},
+    "layers.{i}.attn_post_norm.weight": "layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.mlp_post_norm.weight": "layers.{i}.post_feedforward_layernorm.weight"}
 
 # Meta's reference Llama and llama2.c: w1 is the gate, w3 the up projection, w2 the down one.
 _META_NAMES = {
@@ -102,6 +112,7 @@ NAMINGS = {
                       ignore=_GPT2_IGNORE),
     "hf-llama": Naming(_HF_LLAMA_NAMES, strip=("model.",),
                        ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)),
+    "hf-olmo2": Naming(_HF_OLMO2_NAMES, strip=("model.",)),
     "meta": Naming(_META_NAMES, interleaved_rope=True,
                    ignore=(r"rope\.freqs", r"freqs_cos", r"freqs_sin")),
 }
@@ -142,7 +153,10 @@ def detect_naming(state_dict) -> str:
         key = next(k for k in state_dict if k.endswith("h.0.attn.c_attn.weight"))
         rows, cols = np.shape(state_dict[key])
         return "hf-gpt2" if cols == 3 * rows else "nanogpt"  # Conv1D: (D, 3D); Linear: (3D, D)
-    if "layers.0.self_attn.q_proj.weight" in names:
+    if "layers.0.post_feedforward_layernorm.weight" in names and (
+            "layers.0.input_layernorm.weight" not in names):
+        return "hf-olmo2"  # norms after the sublayers only
+    if {"layers.0.self_attn.q_proj.weight", "layers.0.self_attn.qkv_proj.weight"} & names:
         return "hf-llama"
     if "layers.0.attention.wq.weight" in names:
         return "meta"

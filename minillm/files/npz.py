@@ -11,7 +11,8 @@ import zipfile
 
 import numpy as np
 
-from ..config import ModelConfig, parameter_shapes
+from ..config import ModelConfig
+from ..parameters import parameter_shapes
 from ..plumbing.errors import WeightsError
 from ..fast import accelerate
 from ..model import Model

@@ -21,8 +21,8 @@ from ..sampling import SamplingConfig
 def model_configs(draw, arch=None, context_length=None, gemma=True):
     """Small configs of either architecture ("classic" GPT-2 style, "modern" Llama style):
     grouped-query attention, odd sizes, tied and untied, with and without biases, every
-    activation; half of the modern ones with Gemma 3's options (gemma_options) unless
-    `gemma` is False (for formats that cannot hold them)."""
+    activation; half of the modern ones with Gemma 3's options (gemma_options) and the other
+    families' (family_options) unless `gemma` is False (for formats that cannot hold them)."""
     arch = arch or draw(st.sampled_from(["classic", "modern"]))
     n_kv_heads = draw(st.integers(1, 3))
     group = draw(st.integers(1, 3)) if arch == "modern" else 1
@@ -30,7 +30,8 @@ def model_configs(draw, arch=None, context_length=None, gemma=True):
     head_dim = draw(st.sampled_from([2, 4, 6] if arch == "modern" else [1, 3, 4, 5]))
     activation = draw(st.sampled_from(
         ["gelu", "gelu_tanh"] if arch == "classic" else ["silu", "silu", "gelu", "gelu_tanh"]))
-    gemma = draw(gemma_options()) if arch == "modern" and gemma else {}
+    gemma = ({**draw(gemma_options()), **draw(family_options())}
+             if arch == "modern" and gemma else {})
     return ModelConfig(
         arch=arch,
         vocab_size=draw(st.integers(3, 40)),
@@ -65,6 +66,27 @@ def gemma_options(draw):
         sliding_window=window,
         sliding_window_pattern=draw(st.integers(1, 3)),
         rope_local_theta=draw(st.sampled_from([None, 10.0])))
+
+
+@st.composite
+def family_options(draw):
+    """The other families' options, each on or off: RoPE scaling (linear, llama3, yarn, with an
+    original context of 4 positions, shorter than most drawn prompts), a first layer without
+    RoPE, no norms before the sublayers, q/k norms over all heads, Granite's multipliers."""
+    if not draw(st.booleans()):
+        return {}
+    scaling = draw(st.sampled_from([
+        None, {"type": "linear", "factor": 2.0},
+        {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_context": 4},
+        {"type": "yarn", "factor": 4.0, "original_context": 4}]))
+    return dict(
+        rope_scaling=scaling, no_rope_layers=draw(st.sampled_from([(), (0,)])),
+        pre_norms=draw(st.booleans()), qk_norm_all_heads=draw(st.booleans()),
+        embedding_multiplier=draw(st.sampled_from([1.0, 3.0])),
+        residual_multiplier=draw(st.sampled_from([1.0, 0.5])),
+        attention_multiplier=draw(st.sampled_from([None, 0.25])),
+        logit_scale=draw(st.sampled_from([1.0, 4.0])))
 
 
 @st.composite
