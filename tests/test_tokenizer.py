@@ -12,6 +12,8 @@ from minillm.text.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, P
                                       gpt2_split_pattern, pre_tokenize, split_pattern,
                                       to_python_regex, unicode_categories,
                                       unicode_letters_and_numbers)
+from minillm.text.added_tokens import find_added
+from minillm.text.sentencepiece import SentencePiece
 from minillm.text.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
 
 TOKENIZER_JSON = pathlib.Path(__file__).resolve().parents[1] / "weights" / "tokenizer.json"
@@ -188,12 +190,98 @@ def test_to_json_keeps_added_tokens_in_the_model_vocabulary():
     assert json.loads(tok.to_json())["model"]["vocab"]["<s>"] == 256
 
 
+# ---------------------------------------------------------------------- added tokens' flags
+
+def flagged(*extra, whitespace=None, **flags):
+    """A tokenizer of one token per byte (id = the byte) and the added token "<t>" (id 256)
+    with ``flags``, and ``extra`` added tokens after it."""
+    added = [{"id": 256, "content": "<t>", "special": True, **flags}]
+    added += [{"id": 257 + i, **token} for i, token in enumerate(extra)]
+    kwargs = {} if whitespace is None else {"whitespace": whitespace}
+    return Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [], added, **kwargs)
+
+
+def utf8(text):
+    return list(text.encode("utf-8"))
+
+
+def test_added_token_strips_whitespace_beside_it():
+    assert flagged().encode("a \t<t>\n b") == utf8("a \t") + [256] + utf8("\n b")
+    assert flagged(lstrip=True).encode("a \t<t>\n b") == utf8("a") + [256] + utf8("\n b")
+    assert flagged(rstrip=True).encode("a \t<t>\n b") == utf8("a \t") + [256] + utf8("b")
+    both = flagged(lstrip=True, rstrip=True)
+    assert both.encode("a \u3000<t>\xa0\x85b") == utf8("a") + [256] + utf8("b")
+    assert both.encode("  <t>  <t>  ") == [256, 256]
+    # Unicode's White_Space, not Python's str.isspace (\x1c), nor a zero-width space.
+    assert both.encode("\x1c<t>\u200b") == utf8("\x1c") + [256] + utf8("\u200b")
+    # llama.cpp strips C's isspace only.
+    ascii_only = flagged(lstrip=True, rstrip=True, whitespace=" \t\n\x0b\x0c\r")
+    assert ascii_only.encode("\xa0 <t>\t\u3000") == utf8("\xa0") + [256] + utf8("\u3000")
+
+
+def test_single_word_token_only_between_non_word_characters():
+    tok = flagged(single_word=True)
+    for text in ["<t>", " <t>.", "(<t>)", "\u00b2<t>", "<t>\U0001f600", "-<t>-"]:
+        assert 256 in tok.encode(text), text
+    # Letters, marks, digits, letter numbers, connectors, joiners, circled letters touch it.
+    for text in ["a<t>", "<t>\u00e9", "\u0301<t>", "1<t>", "<t>\u2167", "_<t>", "<t>\u203f",
+                 "\u200d<t>", "\u24b6<t>"]:
+        assert tok.encode(text) == utf8(text), text
+    assert tok.encode("x<t> <t>") == utf8("x<t> ") + [256]
+
+
+def test_normalized_tokens_are_looked_for_after_the_others():
+    assert flagged({"content": "abc", "normalized": True}).encode("abc") == [257]
+    tok = flagged({"content": "<t>x", "normalized": True})
+    assert tok.encode("<t>x") == [256] + utf8("x")  # the raw token goes first
+
+
+def test_normalized_token_under_llama2_normalizers():
+    # Llama 2's normalizers write "<n>" as "▁<n>": it matches at the start or after a space.
+    vocab = {"<unk>": 0, "\u2581": 1, "a": 2, "<": 3, "n": 4, ">": 5}
+    tok = Tokenizer(vocab, [], [{"id": 6, "content": "<n>", "normalized": True}],
+                    sentencepiece=SentencePiece(byte_fallback=False),
+                    config=TokenizerConfig(unk_token="<unk>"))
+    assert tok.encode("<n>") == [6]
+    assert tok.encode("a <n>") == [1, 2, 6]
+    assert tok.encode("a<n>") == [1, 2, 3, 4, 5]
+
+
+def test_flags_survive_to_json_and_are_checked():
+    tok = flagged({"content": "<w>", "single_word": True, "normalized": True}, lstrip=True)
+    again = Tokenizer.from_json(tok.to_json())
+    assert again.added == tok.added and again.same_tokens(Tokenizer.from_json(tok.to_json()))
+    other = flagged({"content": "<w>", "normalized": True}, lstrip=True)
+    assert not again.same_tokens(Tokenizer.from_json(other.to_json()))
+    with pytest.raises(ValueError, match="rstrip must be true or false"):
+        flagged(rstrip=1)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["<t>", "<u>", "x", " ", "\n", "\xa0", "\u0301", "-", "<"]),
+                max_size=12).map("".join),
+       st.fixed_dictionaries({k: st.booleans() for k in ("lstrip", "rstrip", "single_word")}))
+def test_cuts_cover_the_text(text, flags):
+    # The pieces follow one another over the whole text; a token's piece is its text and,
+    # beside it, only whitespace it strips.
+    tok = flagged({"content": "<u>", "rstrip": True}, **flags)
+    cuts = find_added(text, tok._added_pattern, tok._added_raw)
+    starts, stops = [start for start, _, _ in cuts], [stop for _, stop, _ in cuts]
+    assert starts == [0] + stops[:-1] if text else cuts == []
+    assert (stops or [0])[-1] == len(text)
+    for start, stop, token in cuts:
+        if token is not None:
+            before, _, after = text[start:stop].partition(token.content)
+            assert not before or (token.lstrip and before.isspace())
+            assert not after or (token.rstrip and after.isspace())
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["model"].update(type="WordPiece"), "not BPE"),
     (lambda d: d.update(normalizer={"type": "NFC"}), "normalizers"),
     (lambda d: d.update(pre_tokenizer={"type": "Whitespace"}), "pre-tokenizer"),
     (lambda d: d["model"].update(continuing_subword_prefix="##"), "continuing_subword_prefix"),
-    (lambda d: d["added_tokens"][0].update(lstrip=True), "lstrip"),
+    (lambda d: d["added_tokens"][0].update(lstrip="yes"), "lstrip must be true or false"),
 ])
 def test_unsupported_files_are_refused_clearly(change, message):
     data = json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))

@@ -36,7 +36,8 @@ def from_tokenizer_json(cls, text, config=None):
     """A ``cls`` (Tokenizer) from the text of a tokenizer.json and an optional config.
 
     Raises ``ValueError`` for a file that is not BPE or uses a feature this implementation
-    leaves out (other normalizers, word prefixes and suffixes, dropout, stripped added tokens).
+    leaves out (other normalizers, word prefixes and suffixes, dropout). Added tokens keep
+    their ``lstrip``, ``rstrip``, ``single_word`` and ``normalized`` (``added_tokens``).
     """
     data = json.loads(text)
     model = data.get("model") or {}
@@ -46,10 +47,6 @@ def from_tokenizer_json(cls, text, config=None):
         if model.get(key):
             raise ValueError(f"BPE option {key}={model[key]!r} is not supported")
     added = data.get("added_tokens") or []
-    for token in added:
-        if token.get("single_word") or token.get("lstrip") or token.get("rstrip"):
-            raise ValueError(f"added token {token['content']!r}: single_word, lstrip "
-                             "and rstrip are not supported")
     config = _config_from_post_processor(data.get("post_processor"), config or TokenizerConfig())
     if config.unk_token is None and model.get("unk_token") is not None:
         config = replace(config, unk_token=model["unk_token"])
@@ -269,9 +266,9 @@ def _from_gguf_fields(cls, fields):
 def to_tokenizer_json(tok):
     """The tokenizer.json text of a tokenizer (read back by ``from_tokenizer_json`` to the same
     tokenizer; a SentencePiece vocabulary merged by score gets merges ordered by score)."""
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False, "special": t in tok.special_tokens}
-             for t, i in sorted(tok.added_tokens.items(), key=lambda kv: kv[1])]
+    added = [{"id": t.id, "content": t.content, "single_word": t.single_word,
+              "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
+              "special": t.special} for t in sorted(tok.added.values(), key=lambda t: t.id)]
     model = {"type": "BPE", "dropout": None, "unk_token": None,
              "continuing_subword_prefix": None, "end_of_word_suffix": None,
              "fuse_unk": False, "byte_fallback": False, "ignore_merges": tok.ignore_merges,
