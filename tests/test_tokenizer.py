@@ -192,13 +192,12 @@ def test_to_json_keeps_added_tokens_in_the_model_vocabulary():
 
 # ---------------------------------------------------------------------- added tokens' flags
 
-def flagged(*extra, whitespace=None, **flags):
+def flagged(*extra, config=None, **flags):
     """A tokenizer of one token per byte (id = the byte) and the added token "<t>" (id 256)
     with ``flags``, and ``extra`` added tokens after it."""
     added = [{"id": 256, "content": "<t>", "special": True, **flags}]
     added += [{"id": 257 + i, **token} for i, token in enumerate(extra)]
-    kwargs = {} if whitespace is None else {"whitespace": whitespace}
-    return Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [], added, **kwargs)
+    return Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [], added, config=config)
 
 
 def utf8(text):
@@ -215,7 +214,8 @@ def test_added_token_strips_whitespace_beside_it():
     # Unicode's White_Space, not Python's str.isspace (\x1c), nor a zero-width space.
     assert both.encode("\x1c<t>\u200b") == utf8("\x1c") + [256] + utf8("\u200b")
     # llama.cpp strips C's isspace only.
-    ascii_only = flagged(lstrip=True, rstrip=True, whitespace=" \t\n\x0b\x0c\r")
+    ascii_only = flagged(lstrip=True, rstrip=True,
+                         config=TokenizerConfig(strip_whitespace="ascii"))
     assert ascii_only.encode("\xa0 <t>\t\u3000") == utf8("\xa0") + [256] + utf8("\u3000")
 
 
@@ -515,6 +515,51 @@ def test_from_gguf_tokenizer_round_trips_through_json():
     assert again.encode(text) == tok.encode(text)
     assert again.config == tok.config and again.rules == PRE_TOKENIZERS["smollm"]
     assert again.eos_token_ids == tok.eos_token_ids
+
+
+def phi3_like_gguf_metadata(name, types=(2, 3, 4, 3, 3)):
+    """The tiny vocabulary with Phi-3's <unk>, <s>, </s>, <|end|>, <|user|> (ids 263-267),
+    named ``name``."""
+    metadata = tiny_gguf_metadata()
+    metadata["tokenizer.ggml.tokens"] += ["<unk>", "<s>", "</s>", "<|end|>", "<|user|>"]
+    metadata["tokenizer.ggml.token_type"] += list(types)
+    metadata["general.name"] = name
+    return metadata
+
+
+def test_from_gguf_phi3_tokens_take_the_whitespace_after_them():
+    phi3 = Tokenizer.from_gguf(phi3_like_gguf_metadata("Phi-3-mini-4k-instruct"))
+    other = Tokenizer.from_gguf(phi3_like_gguf_metadata("Phi 3 mini"))  # llama.cpp: no rule
+    nl = byte_id("\n")
+    assert phi3.encode("<|user|>\n ab<|end|>\n") == [267, 260, 266]
+    assert other.encode("<|user|>\n ab<|end|>\n") == [267, nl, 261, 266, nl]
+    # Not <s>, <unk>, <|endoftext|>; </s> (user-defined here) does.
+    assert phi3.encode("<s> ab<|endoftext|>\n</s>\tab") == [264, 261, 0, nl, 265, 260]
+    # C's isspace only: a no-break space stays.
+    assert phi3.encode("<|end|>\xa0ab") == [266] + [4 + b for b in "\xa0".encode()] + [260]
+    assert phi3.config.strip_whitespace == "ascii" and other.config.strip_whitespace is None
+    again = Tokenizer.from_json(phi3.to_json(), TokenizerConfig.from_json(phi3.config.to_json()))
+    assert again.same_tokens(phi3) and again.encode("<|end|>\xa0\n ab") == phi3.encode(
+        "<|end|>\xa0\n ab")
+
+
+def test_from_gguf_retypes_tokens_by_their_text():
+    # </s> and <|end|> ordinary tokens, <|user|> too: the first two end a generation, so
+    # llama.cpp matches them whole; <|user|> stays ordinary.
+    tok = Tokenizer.from_gguf(phi3_like_gguf_metadata("x", types=(2, 3, 1, 1, 1)))
+    assert tok.special_tokens["</s>"] == 265 and tok.special_tokens["<|end|>"] == 266
+    assert "<|user|>" not in tok.added_tokens
+    assert tok.encode("a</s>b") == [byte_id("a"), 265, byte_id("b")]
+    metadata = tiny_gguf_metadata()
+    metadata["tokenizer.ggml.tokens"] += ["<PRE>", "<|start|>", "<|tool_response>", "</s>"]
+    metadata["tokenizer.ggml.token_type"] += [1, 1, 1, 3]
+    tok = Tokenizer.from_gguf(metadata)
+    assert tok.special_tokens["<PRE>"] == 263 and tok.added["<|start|>"].special is False
+    assert "</s>" not in tok.added_tokens  # beside Gemma 4's <|tool_response>: ordinary
+    named = Tokenizer.from_gguf({**metadata, "tokenizer.ggml.fim_pre_token_id": 1})
+    assert "<PRE>" not in named.added_tokens  # the file names the role's id
+    with pytest.raises(ValueError, match="general.name: found integer 3, expected string"):
+        Tokenizer.from_gguf({**metadata, "general.name": 3})
 
 
 # ---------------------------------------------------------------------- tokenizer config

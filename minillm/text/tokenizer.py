@@ -34,8 +34,8 @@ import copy
 from dataclasses import replace
 import re
 
-from .added_tokens import (AddedToken, added_token, find_added,  # noqa: F401 (re-exported)
-                           longest_match_pattern)
+from .added_tokens import (ASCII_SPACE, AddedToken, added_token,  # noqa: F401 (re-exported)
+                           find_added, longest_match_pattern)
 from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, MergeTable, byte_level_bpe  # noqa: F401 (re-exported)
 from .pretokenize import WHITE_SPACE, Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
@@ -60,11 +60,11 @@ class Tokenizer:
 
     def __init__(self, vocab, merges, added_tokens=(), add_prefix_space=False,
                  ignore_merges=False, source_json=None, pre_tokenizer="gpt-2", config=None,
-                 sentencepiece=None, byte_tokens=None, whitespace=WHITE_SPACE):
+                 sentencepiece=None, byte_tokens=None):
         """``vocab``: {token: id}; ``merges``: list of pairs in rank order; ``added_tokens``:
         list of dicts with ``id``, ``content``, ``special`` and the flags ``lstrip``,
         ``rstrip``, ``single_word``, ``normalized`` as in tokenizer.json (absent: false), or
-        ``AddedToken``s; ``whitespace``: the characters ``lstrip``/``rstrip`` take;
+        ``AddedToken``s (what ``lstrip``/``rstrip`` take: ``config.strip_whitespace``);
         ``pre_tokenizer``: a llama.cpp name (``PRE_TOKENIZERS``) or ``Rules``, for byte-level
         BPE; ``sentencepiece``: a ``SentencePiece`` for a SentencePiece vocabulary instead;
         ``config``: a ``TokenizerConfig``; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``
@@ -88,7 +88,6 @@ class Tokenizer:
                                              for t in added_tokens)}
         self.added_tokens = {text: t.id for text, t in self.added.items()}
         self.special_tokens = {text: t.id for text, t in self.added.items() if t.special}
-        self.whitespace = whitespace
         self.vocab.update(self.added_tokens)
         self.id_to_token = tokens_by_id(self.vocab)
         self.vocab_size = len(self.id_to_token)
@@ -102,6 +101,7 @@ class Tokenizer:
         self.config = config if config is not None else TokenizerConfig()
         if self.pre_tokenizer is not None and self.config.pre_tokenizer != self.pre_tokenizer:
             self.config = replace(self.config, pre_tokenizer=self.pre_tokenizer)
+        self.whitespace = ASCII_SPACE if self.config.strip_whitespace == "ascii" else WHITE_SPACE
         self.bos_token_id = self._config_token_id("bos_token")
         self.pad_token_id = self._config_token_id("pad_token")
         self.unk_token_id = self._config_token_id("unk_token")

@@ -12,19 +12,21 @@ merged by ``tokenizer.ggml.scores``). Missing keys take llama.cpp's defaults: BO
 ``<unk>`` 0 and ``add_bos_token`` true for SentencePiece; BOS = EOS = 11 for BPE, BOS added
 only for the rules that say so (Llama 3's); ``add_eos_token`` false; ``add_space_prefix`` true.
 Control, user-defined and unknown tokens are matched whole in the text, like the added tokens
-of tokenizer.json. Every GGUF key is read in ``_gguf_fields``, through the typed reader.
+of tokenizer.json, after llama.cpp's load-time rules: tokens retyped by their text, Phi-3's
+tokens taking the whitespace after them (``minillm.text.gguf_specials``). Every GGUF key is read
+in ``_gguf_fields``, through the typed reader.
 """
 from dataclasses import replace
 import json
 
 from .bpe import byte_spelled
+from .gguf_specials import BYTE, gguf_added_tokens
 from ..plumbing.errors import WeightsError
 from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
 from .sentencepiece import SPACE, SentencePiece, merges_from_scores
 from .tokenizer_config import TokenizerConfig
 
-# The GGUF token types (`tokenizer.ggml.token_type`, llama.cpp's llama_token_type).
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+NORMAL = 1  # the GGUF token type of a token without a type array
 # llama.cpp's special token ids when the file names none (a default past the vocabulary: none).
 DEFAULT_IDS = {"gpt2": {"bos": 11, "eos": 11, "unknown": None},
                "llama": {"bos": 1, "eos": 2, "unknown": 0}}
@@ -230,13 +232,11 @@ def _from_gguf_fields(cls, fields):
         token_id = fields.get(f"{key}_token_id", DEFAULT_IDS[kind].get(key))
         return None if token_id is None or token_id >= len(tokens) else tokens[token_id]
 
-    vocab, added = {}, []
-    for token_id, (token, token_type) in enumerate(zip(tokens, types)):
-        if token_type in (CONTROL, USER_DEFINED, UNKNOWN):
-            added.append({"id": token_id, "content": token,
-                          "special": token_type != USER_DEFINED})
-        else:
-            vocab[byte_spelled(token) if kind == "gpt2" else token] = token_id
+    eos_id = fields.get("eos_token_id", DEFAULT_IDS[kind]["eos"])
+    added = gguf_added_tokens(tokens, types, fields, eos_id if eos_id < len(tokens) else None)
+    whole = {token.id for token in added}
+    vocab = {byte_spelled(token) if kind == "gpt2" else token: token_id
+             for token_id, token in enumerate(tokens) if token_id not in whole}
     if kind == "gpt2":
         if "merges" not in fields:
             raise ValueError("tokenizer.ggml.merges: missing, expected array of string")
@@ -257,7 +257,8 @@ def _from_gguf_fields(cls, fields):
         bos_token=token_named("bos"), eos_token=token_named("eos"),
         pad_token=token_named("padding"), unk_token=token_named("unknown"),
         add_bos_token=add_bos, add_eos_token=fields.get("add_eos_token", False),
-        chat_template=fields.get("chat_template"), pre_tokenizer=pre)
+        chat_template=fields.get("chat_template"), pre_tokenizer=pre,
+        strip_whitespace="ascii" if any(t.lstrip or t.rstrip for t in added) else None)
     return cls(vocab, merges, added, config=config, **build)
 
 
