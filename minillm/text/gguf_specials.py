@@ -61,14 +61,23 @@ FILL_IN_THE_MIDDLE = {
 }
 GPT_OSS_USER_DEFINED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 PHI3_NOT_STRIPPED = ("<unk>", "<s>", "<|endoftext|>")
+# Every text a rule names: only these tokens' ids are looked up.
+NAMED = frozenset(END_OF_GENERATION + GPT_OSS_USER_DEFINED + PHI3_NOT_STRIPPED + (
+    "<|plamo:eos|>", "<mask>", "[MASK]") + tuple(
+    text for _, texts in FILL_IN_THE_MIDDLE.values() for text in texts))
 
 
-def llama_cpp_types(tokens, types, fields, eos_id):
+def named_ids(tokens):
+    """{text: id} of the tokens whose text a rule names (of two alike, the later, as llama.cpp's
+    map keeps)."""
+    return {token: i for i, token in enumerate(tokens) if token in NAMED}
+
+
+def llama_cpp_types(tokens, types, fields, eos_id, ids):
     """The token types after llama.cpp's retyping by text (rules 1-4); ``fields``: the GGUF
     tokenizer fields by short name; ``eos_id``: the EOS id (the file's or the default), or
-    None."""
+    None; ``ids``: ``named_ids(tokens)``."""
     types = list(types)
-    ids = {token: i for i, token in enumerate(tokens)}
     end_ids = set()
     for role, (keys, texts) in FILL_IN_THE_MIDDLE.items():
         role_id = next((fields[key] for key in keys if key in fields), None)
@@ -96,9 +105,8 @@ def llama_cpp_types(tokens, types, fields, eos_id):
     return types
 
 
-def whitespace_flags(tokens, types, fields):
+def whitespace_flags(types, fields, ids):
     """{id: (lstrip, rstrip)} of the tokens llama.cpp gives whitespace rules by name (rule 5)."""
-    ids = {token: i for i, token in enumerate(tokens)}
     name = fields.get("name", "").encode("utf-8").lower()  # std::tolower: ASCII letters only
     pre, architecture = fields.get("pre", ""), fields.get("architecture", "")
     flags = {}
@@ -121,8 +129,9 @@ def whitespace_flags(tokens, types, fields):
 
 def gguf_added_tokens(tokens, types, fields, eos_id):
     """The tokens matched whole, as ``AddedToken``s with llama.cpp's types and whitespace."""
-    types = llama_cpp_types(tokens, types, fields, eos_id)
-    flags = whitespace_flags(tokens, types, fields)
+    ids = named_ids(tokens)
+    types = llama_cpp_types(tokens, types, fields, eos_id, ids)
+    flags = whitespace_flags(types, fields, ids)
     return [AddedToken(i, token, special=types[i] != USER_DEFINED,
                        lstrip=flags.get(i, (False, False))[0],
                        rstrip=flags.get(i, (False, False))[1])
