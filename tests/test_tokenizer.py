@@ -257,6 +257,35 @@ def test_flags_survive_to_json_and_are_checked():
         flagged(rstrip=1)
 
 
+def test_a_phi3_style_tokenizer_json_is_read():
+    # Phi-3's form: Llama 2's normalizers, byte fallback, and its added tokens' flags (the chat
+    # tokens and </s> take the whitespace after them; <s> does not).
+    added = [(0, "<unk>", "special"), (1, "<s>", "special"), (2, "</s>", "rstrip"),
+             (8, "<|endoftext|>", "special"), (9, "<|assistant|>", "special rstrip"),
+             (10, "<|end|>", "special rstrip"), (11, "<|user|>", "special rstrip")]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "H": 4, "i": 5, "\u2581H": 6,
+             "\u2581Hi": 7}
+    vocab.update({content: i for i, content, _ in added})
+    data = {"added_tokens": [
+        {"id": i, "content": content, "single_word": False, "lstrip": False,
+         "rstrip": "rstrip" in flags, "normalized": False, "special": "special" in flags}
+        for i, content, flags in added],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
+                  "vocab": vocab, "merges": ["\u2581 H", "\u2581H i"]}}
+    tok = Tokenizer.from_json(json.dumps(data))
+    assert tok.encode("<|user|>\nHi<|end|>\n<|assistant|>") == [11, 7, 10, 9]
+    assert tok.encode("<s> Hi</s>  Hi<|endoftext|> Hi") == [1, 3, 7, 2, 7, 8, 3, 7]
+    assert tok.decode([11, 7, 10], skip_special_tokens=True) == "Hi"
+
+
 @SETTINGS
 @given(st.lists(st.sampled_from(["<t>", "<u>", "x", " ", "\n", "\xa0", "\u0301", "-", "<"]),
                 max_size=12).map("".join),
