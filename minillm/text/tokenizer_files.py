@@ -20,13 +20,12 @@ from dataclasses import replace
 import json
 
 from .bpe import byte_spelled
-from .gguf_specials import BYTE, gguf_added_tokens
+from .gguf_specials import BYTE, NORMAL, gguf_added_tokens
 from ..plumbing.errors import WeightsError
 from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
 from .sentencepiece import SPACE, SentencePiece, merges_from_scores
 from .tokenizer_config import TokenizerConfig
 
-NORMAL = 1  # the GGUF token type of a token without a type array
 # llama.cpp's special token ids when the file names none (a default past the vocabulary: none).
 DEFAULT_IDS = {"gpt2": {"bos": 11, "eos": 11, "unknown": None},
                "llama": {"bos": 1, "eos": 2, "unknown": 0}}
