@@ -322,11 +322,14 @@ class Tokenizer:
         return self.id_to_token[token_id]
 
     def token_bytes(self, token_id):
-        """The bytes one token stands for (an added token: its text in UTF-8)."""
+        """The bytes one token stands for (an added token: its text in UTF-8; a normalized one
+        under Llama 2's normalizers as the Rust library decodes it, "▁</s>" as " </s>")."""
         token = self.token_of(int(token_id))
         if token is None:
             raise ValueError(f"token id {token_id} is not in the vocabulary")
         if token in self.added_tokens:
+            if self.added[token].normalized and self._normalizes:
+                token = self._normalize(token).replace(SPACE, " ")
             return token.encode("utf-8")
         if self.sentencepiece is not None:
             if int(token_id) in self.byte_tokens:

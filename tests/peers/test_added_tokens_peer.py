@@ -23,13 +23,14 @@ hf_tokenizers = pytest.importorskip("tokenizers")
 WEIGHTS = pathlib.Path(__file__).resolve().parents[2] / "weights"
 SETTINGS = settings(derandomize=True, max_examples=250, deadline=None)
 
-# (content, flags): every flag alone and together, a token that is a word, a normalized token
-# next to raw ones, a token made of whitespace and one that starts with it.
+# (content, flags): every flag alone and together, a token that is a word, normalized tokens
+# and a raw one overlapping them ("<n>x": the raw token is cut first), a token made of
+# whitespace and one that starts with it.
 FLAGGED = [("<l>", "lstrip"), ("<r>", "rstrip"), ("<lr>", "lstrip rstrip"),
            ("<w>", "single_word"), ("word", "single_word"), ("<wr>", "single_word rstrip"),
            ("<n>", "normalized"), ("<nl>", "normalized lstrip rstrip"),
            ("two words", "normalized single_word"), ("\n\n", "rstrip"), (" <x>", "lstrip"),
-           ("<", "")]
+           ("n>x", "")]
 # Whitespace of every kind (C's isspace, Unicode's White_Space, and \x1c which Python calls
 # a space and the Rust library does not), word characters of every kind (letters, marks,
 # digits, letter numbers, connectors, joiners, circled letters) and characters that are not.
@@ -44,7 +45,7 @@ def texts(tokens):
     """Texts of added tokens, whitespace and word characters side by side, and any text."""
     piece = st.one_of(st.sampled_from(tokens), st.sampled_from(SPACES), st.sampled_from(WORDISH),
                       st.text(alphabet=assigned, max_size=8),
-                      st.sampled_from(["word", "words", "two words", "two  words", "<w"]))
+                      st.sampled_from(["word", "words", "two words", "two  words", "<w", "<n>x"]))
     return st.lists(piece, max_size=10).map("".join)
 
 
@@ -149,7 +150,9 @@ def test_sentencepiece_forms_hypothesis_strings(sentencepiece_json, form):
     @SETTINGS
     @given(texts(tokens))
     def check(text):
-        assert mine.encode(text) == peer_ids(peer, text)
+        ids = mine.encode(text)
+        assert ids == peer_ids(peer, text)
+        assert mine.decode(ids) == peer.decode(ids, skip_special_tokens=False)
     check()
     for text in ["<n>", "a <n>", "a<n>", "two words", "a two words", " <x>", "x <x>", "<r>  x",
                  "  <l>x", "<l>  x"]:
