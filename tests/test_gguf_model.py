@@ -333,7 +333,7 @@ def test_tokenizer_metadata_gives_every_key_checked_and_none_for_the_missing():
     assert fields == {**{key: metadata.get(key) for key in fields},
                       "tokenizer.ggml.scores": None, "tokenizer.ggml.add_eos_token": None,
                       "tokenizer.ggml.add_space_prefix": None}
-    assert fields["tokenizer.ggml.merges"] == ["a b", "ab c"] and len(fields) == 14
+    assert fields["tokenizer.ggml.merges"] == ["a b", "ab c"] and len(fields) == 27
     with pytest.raises(WeightsError, match=r"^tokenizer.ggml.scores: found 2 values, expected "
                                            r"one per token \(40\)$"):
         tokenizer_metadata({**metadata, "tokenizer.ggml.scores": [0.0, 1.0]})

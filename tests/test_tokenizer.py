@@ -12,6 +12,8 @@ from minillm.text.pretokenize import (ASCII_PATTERN, GPT2_REGEX, LLAMA3_REGEX, P
                                       gpt2_split_pattern, pre_tokenize, split_pattern,
                                       to_python_regex, unicode_categories,
                                       unicode_letters_and_numbers)
+from minillm.text.added_tokens import find_added
+from minillm.text.sentencepiece import SentencePiece
 from minillm.text.tokenizer import StreamDecoder, Tokenizer, TokenizerConfig, load_tokenizer
 
 TOKENIZER_JSON = pathlib.Path(__file__).resolve().parents[1] / "weights" / "tokenizer.json"
@@ -188,12 +190,127 @@ def test_to_json_keeps_added_tokens_in_the_model_vocabulary():
     assert json.loads(tok.to_json())["model"]["vocab"]["<s>"] == 256
 
 
+# ---------------------------------------------------------------------- added tokens' flags
+
+def flagged(*extra, config=None, **flags):
+    """A tokenizer of one token per byte (id = the byte) and the added token "<t>" (id 256)
+    with ``flags``, and ``extra`` added tokens after it."""
+    added = [{"id": 256, "content": "<t>", "special": True, **flags}]
+    added += [{"id": 257 + i, **token} for i, token in enumerate(extra)]
+    return Tokenizer({BYTE_TO_CHAR[b]: b for b in range(256)}, [], added, config=config)
+
+
+def utf8(text):
+    return list(text.encode("utf-8"))
+
+
+def test_added_token_strips_whitespace_beside_it():
+    assert flagged().encode("a \t<t>\n b") == utf8("a \t") + [256] + utf8("\n b")
+    assert flagged(lstrip=True).encode("a \t<t>\n b") == utf8("a") + [256] + utf8("\n b")
+    assert flagged(rstrip=True).encode("a \t<t>\n b") == utf8("a \t") + [256] + utf8("b")
+    both = flagged(lstrip=True, rstrip=True)
+    assert both.encode("a \u3000<t>\xa0\x85b") == utf8("a") + [256] + utf8("b")
+    assert both.encode("  <t>  <t>  ") == [256, 256]
+    # Unicode's White_Space, not Python's str.isspace (\x1c), nor a zero-width space.
+    assert both.encode("\x1c<t>\u200b") == utf8("\x1c") + [256] + utf8("\u200b")
+    # llama.cpp strips C's isspace only.
+    ascii_only = flagged(lstrip=True, rstrip=True,
+                         config=TokenizerConfig(strip_whitespace="ascii"))
+    assert ascii_only.encode("\xa0 <t>\t\u3000") == utf8("\xa0") + [256] + utf8("\u3000")
+
+
+def test_single_word_token_only_between_non_word_characters():
+    tok = flagged(single_word=True)
+    for text in ["<t>", " <t>.", "(<t>)", "\u00b2<t>", "<t>\U0001f600", "-<t>-"]:
+        assert 256 in tok.encode(text), text
+    # Letters, marks, digits, letter numbers, connectors, joiners, circled letters touch it.
+    for text in ["a<t>", "<t>\u00e9", "\u0301<t>", "1<t>", "<t>\u2167", "_<t>", "<t>\u203f",
+                 "\u200d<t>", "\u24b6<t>"]:
+        assert tok.encode(text) == utf8(text), text
+    assert tok.encode("x<t> <t>") == utf8("x<t> ") + [256]
+
+
+def test_normalized_tokens_are_looked_for_after_the_others():
+    assert flagged({"content": "abc", "normalized": True}).encode("abc") == [257]
+    tok = flagged({"content": "<t>x", "normalized": True})
+    assert tok.encode("<t>x") == [256] + utf8("x")  # the raw token goes first
+
+
+def test_normalized_token_under_llama2_normalizers():
+    # Llama 2's normalizers write "<n>" as "▁<n>": it matches at the start or after a space.
+    vocab = {"<unk>": 0, "\u2581": 1, "a": 2, "<": 3, "n": 4, ">": 5}
+    tok = Tokenizer(vocab, [], [{"id": 6, "content": "<n>", "normalized": True}],
+                    sentencepiece=SentencePiece(byte_fallback=False),
+                    config=TokenizerConfig(unk_token="<unk>"))
+    assert tok.encode("<n>") == [6]
+    assert tok.encode("a <n>") == [1, 2, 6]
+    assert tok.encode("a<n>") == [1, 2, 3, 4, 5]
+
+
+def test_flags_survive_to_json_and_are_checked():
+    tok = flagged({"content": "<w>", "single_word": True, "normalized": True}, lstrip=True)
+    again = Tokenizer.from_json(tok.to_json())
+    assert again.added == tok.added and again.same_tokens(Tokenizer.from_json(tok.to_json()))
+    other = flagged({"content": "<w>", "normalized": True}, lstrip=True)
+    assert not again.same_tokens(Tokenizer.from_json(other.to_json()))
+    with pytest.raises(ValueError, match="rstrip must be true or false"):
+        flagged(rstrip=1)
+
+
+def test_a_phi3_style_tokenizer_json_is_read():
+    # Phi-3's form: Llama 2's normalizers, byte fallback, and its added tokens' flags (the chat
+    # tokens and </s> take the whitespace after them; <s> does not).
+    added = [(0, "<unk>", "special"), (1, "<s>", "special"), (2, "</s>", "rstrip"),
+             (8, "<|endoftext|>", "special"), (9, "<|assistant|>", "special rstrip"),
+             (10, "<|end|>", "special rstrip"), (11, "<|user|>", "special rstrip")]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "H": 4, "i": 5, "\u2581H": 6,
+             "\u2581Hi": 7}
+    vocab.update({content: i for i, content, _ in added})
+    data = {"added_tokens": [
+        {"id": i, "content": content, "single_word": False, "lstrip": False,
+         "rstrip": "rstrip" in flags, "normalized": False, "special": "special" in flags}
+        for i, content, flags in added],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
+                  "vocab": vocab, "merges": ["\u2581 H", "\u2581H i"]}}
+    tok = Tokenizer.from_json(json.dumps(data))
+    assert tok.encode("<|user|>\nHi<|end|>\n<|assistant|>") == [11, 7, 10, 9]
+    assert tok.encode("<s> Hi</s>  Hi<|endoftext|> Hi") == [1, 3, 7, 2, 7, 8, 3, 7]
+    assert tok.decode([11, 7, 10], skip_special_tokens=True) == "Hi"
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["<t>", "<u>", "x", " ", "\n", "\xa0", "\u0301", "-", "<"]),
+                max_size=12).map("".join),
+       st.fixed_dictionaries({k: st.booleans() for k in ("lstrip", "rstrip", "single_word")}))
+def test_cuts_cover_the_text(text, flags):
+    # The pieces follow one another over the whole text; a token's piece is its text and,
+    # beside it, only whitespace it strips.
+    tok = flagged({"content": "<u>", "rstrip": True}, **flags)
+    cuts = find_added(text, tok._added_pattern, tok._added_raw)
+    starts, stops = [start for start, _, _ in cuts], [stop for _, stop, _ in cuts]
+    assert starts == [0] + stops[:-1] if text else cuts == []
+    assert (stops or [0])[-1] == len(text)
+    for start, stop, token in cuts:
+        if token is not None:
+            before, _, after = text[start:stop].partition(token.content)
+            assert not before or (token.lstrip and before.isspace())
+            assert not after or (token.rstrip and after.isspace())
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["model"].update(type="WordPiece"), "not BPE"),
     (lambda d: d.update(normalizer={"type": "NFC"}), "normalizers"),
     (lambda d: d.update(pre_tokenizer={"type": "Whitespace"}), "pre-tokenizer"),
     (lambda d: d["model"].update(continuing_subword_prefix="##"), "continuing_subword_prefix"),
-    (lambda d: d["added_tokens"][0].update(lstrip=True), "lstrip"),
+    (lambda d: d["added_tokens"][0].update(lstrip="yes"), "lstrip must be true or false"),
 ])
 def test_unsupported_files_are_refused_clearly(change, message):
     data = json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))
@@ -427,6 +544,51 @@ def test_from_gguf_tokenizer_round_trips_through_json():
     assert again.encode(text) == tok.encode(text)
     assert again.config == tok.config and again.rules == PRE_TOKENIZERS["smollm"]
     assert again.eos_token_ids == tok.eos_token_ids
+
+
+def phi3_like_gguf_metadata(name, types=(2, 3, 4, 3, 3)):
+    """The tiny vocabulary with Phi-3's <unk>, <s>, </s>, <|end|>, <|user|> (ids 263-267),
+    named ``name``."""
+    metadata = tiny_gguf_metadata()
+    metadata["tokenizer.ggml.tokens"] += ["<unk>", "<s>", "</s>", "<|end|>", "<|user|>"]
+    metadata["tokenizer.ggml.token_type"] += list(types)
+    metadata["general.name"] = name
+    return metadata
+
+
+def test_from_gguf_phi3_tokens_take_the_whitespace_after_them():
+    phi3 = Tokenizer.from_gguf(phi3_like_gguf_metadata("Phi-3-mini-4k-instruct"))
+    other = Tokenizer.from_gguf(phi3_like_gguf_metadata("Phi 3 mini"))  # llama.cpp: no rule
+    nl = byte_id("\n")
+    assert phi3.encode("<|user|>\n ab<|end|>\n") == [267, 260, 266]
+    assert other.encode("<|user|>\n ab<|end|>\n") == [267, nl, 261, 266, nl]
+    # Not <s>, <unk>, <|endoftext|>; </s> (user-defined here) does.
+    assert phi3.encode("<s> ab<|endoftext|>\n</s>\tab") == [264, 261, 0, nl, 265, 260]
+    # C's isspace only: a no-break space stays.
+    assert phi3.encode("<|end|>\xa0ab") == [266] + [4 + b for b in "\xa0".encode()] + [260]
+    assert phi3.config.strip_whitespace == "ascii" and other.config.strip_whitespace is None
+    again = Tokenizer.from_json(phi3.to_json(), TokenizerConfig.from_json(phi3.config.to_json()))
+    assert again.same_tokens(phi3) and again.encode("<|end|>\xa0\n ab") == phi3.encode(
+        "<|end|>\xa0\n ab")
+
+
+def test_from_gguf_retypes_tokens_by_their_text():
+    # </s> and <|end|> ordinary tokens, <|user|> too: the first two end a generation, so
+    # llama.cpp matches them whole; <|user|> stays ordinary.
+    tok = Tokenizer.from_gguf(phi3_like_gguf_metadata("x", types=(2, 3, 1, 1, 1)))
+    assert tok.special_tokens["</s>"] == 265 and tok.special_tokens["<|end|>"] == 266
+    assert "<|user|>" not in tok.added_tokens
+    assert tok.encode("a</s>b") == [byte_id("a"), 265, byte_id("b")]
+    metadata = tiny_gguf_metadata()
+    metadata["tokenizer.ggml.tokens"] += ["<PRE>", "<|start|>", "<|tool_response>", "</s>"]
+    metadata["tokenizer.ggml.token_type"] += [1, 1, 1, 3]
+    tok = Tokenizer.from_gguf(metadata)
+    assert tok.special_tokens["<PRE>"] == 263 and tok.added["<|start|>"].special is False
+    assert "</s>" not in tok.added_tokens  # beside Gemma 4's <|tool_response>: ordinary
+    named = Tokenizer.from_gguf({**metadata, "tokenizer.ggml.fim_pre_token_id": 1})
+    assert "<PRE>" not in named.added_tokens  # the file names the role's id
+    with pytest.raises(ValueError, match="general.name: found integer 3, expected string"):
+        Tokenizer.from_gguf({**metadata, "general.name": 3})
 
 
 # ---------------------------------------------------------------------- tokenizer config

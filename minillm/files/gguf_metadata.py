@@ -116,7 +116,11 @@ def describe(value) -> str:
 
 # ---------------------------------------------------------------------- the tokenizer's keys
 
-TOKENIZER_SPECIAL_IDS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
+TOKENIZER_SPECIAL_IDS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id",
+                         "eot_token_id", "eom_token_id", "fim_pre_token_id", "fim_suf_token_id",
+                         "fim_mid_token_id", "fim_pad_token_id", "fim_rep_token_id",
+                         "fim_sep_token_id", "prefix_token_id", "suffix_token_id",
+                         "middle_token_id")
 
 
 def tokenizer_metadata(metadata) -> dict:
@@ -129,9 +133,11 @@ def tokenizer_metadata(metadata) -> dict:
         tokenizer.ggml.token_type              array of int32 in [0, 6], one per token
         tokenizer.ggml.merges                  array of string, each "left right"
         tokenizer.ggml.{bos,eos,unknown,padding}_token_id   uint32, a token id
+        tokenizer.ggml.{eot,eom,fim_*,prefix,suffix,middle}_token_id   uint32, a token id
         tokenizer.ggml.add_bos_token, add_eos_token, add_space_prefix   bool
         tokenizer.ggml.pre                     string
         tokenizer.chat_template                string
+        general.name, general.architecture     string (llama.cpp's rules by name)
     """
     def get(name, type, **kwargs):
         return read(metadata, f"tokenizer.ggml.{name}", type, default=None, **kwargs)
@@ -165,4 +171,6 @@ def tokenizer_metadata(metadata) -> dict:
     out["tokenizer.ggml.pre"] = get("pre", "string")
     out["tokenizer.chat_template"] = read(metadata, "tokenizer.chat_template", "string",
                                           default=None)
+    for key in ("general.name", "general.architecture"):
+        out[key] = read(metadata, key, "string", default=None)
     return out

@@ -5,7 +5,9 @@ or a GGUF file (``minillm.text.tokenizer_files``).
 Encoding a text takes three steps:
 
 1. **Added tokens.** The text is cut at every added token (``<|endoftext|>``, ``<s>``, ...);
-   each becomes its own id, untouched by the steps below. The longest match wins.
+   each becomes its own id, untouched by the steps below. The longest match wins; a token may
+   take the whitespace beside it (``lstrip``/``rstrip``), count only as a whole word
+   (``single_word``), or be looked for in the normalized text (``minillm.text.added_tokens``).
 2. **Words.** Byte-level BPE cuts each remaining piece into words by its pre-tokenizer
    (``minillm.text.pretokenize``: llama.cpp's named rules, or a tokenizer.json's regexes).
    SentencePiece writes spaces as ``▁`` instead, and merges a whole piece at once.
@@ -32,8 +34,10 @@ import copy
 from dataclasses import replace
 import re
 
+from .added_tokens import (ASCII_SPACE, AddedToken, added_token,  # noqa: F401 (re-exported)
+                           find_added, longest_match_pattern)
 from .bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, MergeTable, byte_level_bpe  # noqa: F401 (re-exported)
-from .pretokenize import Rules, check_rules, pre_tokenize, rules_named
+from .pretokenize import WHITE_SPACE, Rules, check_rules, pre_tokenize, rules_named
 from .sentencepiece import (SPACE, by_rank, by_score, escape_spaces, independent_parts,
                             initial_symbols, joinable_pairs, merge_by_priority, piece_bytes,
                             pieces_to_ids)
@@ -58,7 +62,9 @@ class Tokenizer:
                  ignore_merges=False, source_json=None, pre_tokenizer="gpt-2", config=None,
                  sentencepiece=None, byte_tokens=None):
         """``vocab``: {token: id}; ``merges``: list of pairs in rank order; ``added_tokens``:
-        list of dicts with ``id``, ``content`` and ``special`` as in tokenizer.json;
+        list of dicts with ``id``, ``content``, ``special`` and the flags ``lstrip``,
+        ``rstrip``, ``single_word``, ``normalized`` as in tokenizer.json (absent: false), or
+        ``AddedToken``s (what ``lstrip``/``rstrip`` take: ``config.strip_whitespace``);
         ``pre_tokenizer``: a llama.cpp name (``PRE_TOKENIZERS``) or ``Rules``, for byte-level
         BPE; ``sentencepiece``: a ``SentencePiece`` for a SentencePiece vocabulary instead;
         ``config``: a ``TokenizerConfig``; ``byte_tokens``: ids of SentencePiece's ``<0xNN>``
@@ -78,9 +84,10 @@ class Tokenizer:
                              "pre-tokenizer")
         self.add_prefix_space = add_prefix_space
         self.ignore_merges = ignore_merges or (self.rules is not None and self.rules.ignore_merges)
-        self.added_tokens = {t["content"]: t["id"] for t in added_tokens}
-        self.special_tokens = {t["content"]: t["id"] for t in added_tokens
-                               if t.get("special", False)}
+        self.added = {t.content: t for t in (t if isinstance(t, AddedToken) else added_token(t)
+                                             for t in added_tokens)}
+        self.added_tokens = {text: t.id for text, t in self.added.items()}
+        self.special_tokens = {text: t.id for text, t in self.added.items() if t.special}
         self.vocab.update(self.added_tokens)
         self.id_to_token = tokens_by_id(self.vocab)
         self.vocab_size = len(self.id_to_token)
@@ -94,6 +101,7 @@ class Tokenizer:
         self.config = config if config is not None else TokenizerConfig()
         if self.pre_tokenizer is not None and self.config.pre_tokenizer != self.pre_tokenizer:
             self.config = replace(self.config, pre_tokenizer=self.pre_tokenizer)
+        self.whitespace = ASCII_SPACE if self.config.strip_whitespace == "ascii" else WHITE_SPACE
         self.bos_token_id = self._config_token_id("bos_token")
         self.pad_token_id = self._config_token_id("pad_token")
         self.unk_token_id = self._config_token_id("unk_token")
@@ -105,7 +113,15 @@ class Tokenizer:
             raise ValueError("tokenizer config: add_bos_token is true, but there is no bos_token")
         if self.add_eos_token and self.eos_token_id is None:
             raise ValueError("tokenizer config: add_eos_token is true, but there is no eos_token")
-        self._added_pattern = longest_match_pattern(self.added_tokens)
+        # The added tokens looked for in the text as it is, and those looked for after them in
+        # the normalized text, by their normalized spelling (a tokenizer.json's two passes).
+        self._added_raw = {text: t for text, t in self.added.items() if not t.normalized}
+        self._added_normalized = {self._normalize(text): t
+                                  for text, t in self.added.items() if t.normalized}
+        self._added_pattern = longest_match_pattern(self._added_raw)
+        self._normalized_pattern = longest_match_pattern(self._added_normalized)
+        self._plain = not any(t.lstrip or t.rstrip or t.single_word
+                              for t in self._added_raw.values())
         # The original file for to_json, kept as UTF-8: a str with one character past U+FFFF
         # (an emoji) takes four bytes for every character.
         self._source_json = (None if source_json is None
@@ -195,16 +211,56 @@ class Tokenizer:
         ids = []
         if add_special_tokens and self.add_bos_token:
             ids.append(self.bos_token_id)
-        position = 0
-        if self._added_pattern is not None:
+        if self._added_pattern is None:
+            self._encode_piece(text, ids, True)
+        elif self._plain:  # no token strips whitespace or checks words: cut at each match
+            position = 0
             for match in self._added_pattern.finditer(text):
-                self._encode_ordinary(text[position:match.start()], ids, position == 0)
-                ids.append(self.added_tokens[match.group()])
+                self._encode_piece(text[position:match.start()], ids, position == 0)
+                ids.append(self._added_raw[match.group()].id)
                 position = match.end()
-        self._encode_ordinary(text[position:], ids, position == 0)
+            self._encode_piece(text[position:], ids, position == 0)
+        else:
+            for start, stop, token in find_added(text, self._added_pattern, self._added_raw,
+                                                 self.whitespace):
+                if token is None:
+                    self._encode_piece(text[start:stop], ids, start == 0)
+                else:
+                    ids.append(token.id)
         if add_special_tokens and self.add_eos_token:
             ids.append(self.eos_token_id)
         return ids
+
+    @property
+    def _normalizes(self):
+        """Whether the tokenizer.json has a normalizer: Llama 2's (SentencePiece merged by
+        rank without Metaspace); the other forms have none."""
+        sp = self.sentencepiece
+        return (sp is not None and sp.scores is None and sp.prefix_before_space
+                and not sp.split_words and sp.space_prefix != "first")
+
+    def _normalize(self, text):
+        """The text as the normalizer writes it: spaces as ``▁``, and one ``▁`` in front
+        (Llama 2's ``Prepend``) unless the text is empty."""
+        if not self._normalizes:
+            return text
+        return escape_spaces(text, self.sentencepiece.space_prefix == "every" and text != "")
+
+    def _encode_piece(self, text, ids, at_start):
+        """Append the ids of a text the raw added tokens left: its normalized added tokens,
+        then the rest by BPE."""
+        if self._normalized_pattern is None or not text:
+            self._encode_ordinary(text, ids, at_start)
+            return
+        normalized = self._normalize(text)
+        for start, stop, token in find_added(normalized, self._normalized_pattern,
+                                             self._added_normalized, self.whitespace):
+            if token is not None:
+                ids.append(token.id)
+            elif self._normalizes:  # already written with ▁: merged as it is
+                ids.extend(self._sentencepiece(normalized[start:stop], False, escaped=True))
+            else:
+                self._encode_ordinary(normalized[start:stop], ids, at_start and start == 0)
 
     def _encode_ordinary(self, text, ids, at_start):
         """Append the ids of a text without added tokens to ``ids``."""
@@ -225,12 +281,14 @@ class Tokenizer:
                                                         self.ignore_merges)
             ids.extend(word_ids)
 
-    def _sentencepiece(self, text, at_start):
-        """Ids of a text without added tokens, by SentencePiece's merges."""
+    def _sentencepiece(self, text, at_start, escaped=False):
+        """Ids of a text without added tokens, by SentencePiece's merges (``escaped``: the
+        text is already written with ``▁``)."""
         sp = self.sentencepiece
-        prefix = ((sp.space_prefix == "every" or (sp.space_prefix == "first" and at_start))
-                  and (sp.prefix_before_space or not text.startswith(" ")))
-        text = escape_spaces(text, prefix)
+        if not escaped:
+            prefix = ((sp.space_prefix == "every" or (sp.space_prefix == "first" and at_start))
+                      and (sp.prefix_before_space or not text.startswith(" ")))
+            text = escape_spaces(text, prefix)
         if self._joinable is False:  # computed on first use
             self._joinable = joinable_pairs(self.vocab)
         ids = []
@@ -264,11 +322,14 @@ class Tokenizer:
         return self.id_to_token[token_id]
 
     def token_bytes(self, token_id):
-        """The bytes one token stands for (an added token: its text in UTF-8)."""
+        """The bytes one token stands for (an added token: its text in UTF-8; a normalized one
+        under Llama 2's normalizers as the Rust library decodes it, "▁</s>" as " </s>")."""
         token = self.token_of(int(token_id))
         if token is None:
             raise ValueError(f"token id {token_id} is not in the vocabulary")
         if token in self.added_tokens:
+            if self.added[token].normalized and self._normalizes:
+                token = self._normalize(token).replace(SPACE, " ")
             return token.encode("utf-8")
         if self.sentencepiece is not None:
             if int(token_id) in self.byte_tokens:
@@ -310,48 +371,11 @@ def tokens_by_id(vocab):
     return tokens
 
 
-def longest_match_pattern(tokens):
-    """A regex matching, at the leftmost place it can, the longest of ``tokens`` (None when
-    there are none).
-
-    The tokens are written as a trie, ``a(?:b(?:c)?|x)``: at each place the regex follows the
-    text down the tree as far as a token ends, so it tries a few characters where a list of
-    alternatives (Gemma 3 has 6,414 added tokens) would try every token.
-    """
-    if not tokens:
-        return None
-    trie = {}
-    for token in tokens:
-        node = trie
-        for char in token:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a token ends here
-
-    def written(node):
-        branches = []
-        for char, child in node.items():
-            if char:
-                text = re.escape(char)
-                while len(child) == 1 and "" not in child:  # a chain of single characters
-                    (char, child), = child.items()
-                    text += re.escape(char)
-                branches.append(text + written(child))
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        return f"(?:{body})?" if "" in node else body
-
-    try:
-        return re.compile(written(trie))
-    except RecursionError:  # a trie deeper than Python's recursion: the list, longest first
-        return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
-
-
 def same_tokens(a: Tokenizer, b: Tokenizer) -> bool:
     """Whether two tokenizers turn the same text into the same ids and back: the same
     vocabulary, merges, added tokens and pre-tokenizer (formatting of their files aside)."""
-    return a is b or (a.vocab == b.vocab and a.ranks == b.ranks
-                      and a.added_tokens == b.added_tokens and a.rules == b.rules
+    return a is b or (a.vocab == b.vocab and a.ranks == b.ranks and a.added == b.added
+                      and a.whitespace == b.whitespace and a.rules == b.rules
                       and a.sentencepiece == b.sentencepiece)
 
 

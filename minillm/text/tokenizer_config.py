@@ -12,7 +12,9 @@ class TokenizerConfig:
     prompt starts with BOS / ends with EOS (None: not said, false; a chat template writes its
     own); ``chat_template``: Jinja text, or None; ``pre_tokenizer``: llama.cpp's
     name of the pre-tokenizer of a tokenizer read from GGUF (not a Hugging Face key: it keeps
-    llama.cpp's rules when the tokenizer is written as tokenizer.json).
+    llama.cpp's rules when the tokenizer is written as tokenizer.json); ``strip_whitespace``:
+    "ascii" when added tokens strip C's ``isspace`` only, as llama.cpp does (not a Hugging
+    Face key either; None: Unicode's White_Space, as the Rust library does).
     """
     bos_token: str | None = None
     eos_token: str | None = None
@@ -22,6 +24,7 @@ class TokenizerConfig:
     chat_template: str | None = None
     add_eos_token: bool | None = None
     pre_tokenizer: str | None = None
+    strip_whitespace: str | None = None
 
     @classmethod
     def from_dict(cls, data):
@@ -49,6 +52,11 @@ class TokenizerConfig:
             raise ValueError(f"tokenizer config: pre_tokenizer must be a string, got "
                              f"{pre_tokenizer!r}")
         values["pre_tokenizer"] = pre_tokenizer
+        strip = data.get("strip_whitespace")
+        if strip not in (None, "ascii"):
+            raise ValueError(f"tokenizer config: strip_whitespace must be \"ascii\" or null, got "
+                             f"{strip!r}")
+        values["strip_whitespace"] = strip
         return cls(**values)
 
     @classmethod

@@ -12,19 +12,20 @@ merged by ``tokenizer.ggml.scores``). Missing keys take llama.cpp's defaults: BO
 ``<unk>`` 0 and ``add_bos_token`` true for SentencePiece; BOS = EOS = 11 for BPE, BOS added
 only for the rules that say so (Llama 3's); ``add_eos_token`` false; ``add_space_prefix`` true.
 Control, user-defined and unknown tokens are matched whole in the text, like the added tokens
-of tokenizer.json. Every GGUF key is read in ``_gguf_fields``, through the typed reader.
+of tokenizer.json, after llama.cpp's load-time rules: tokens retyped by their text, Phi-3's
+tokens taking the whitespace after them (``minillm.text.gguf_specials``). Every GGUF key is read
+in ``_gguf_fields``, through the typed reader.
 """
 from dataclasses import replace
 import json
 
 from .bpe import byte_spelled
+from .gguf_specials import BYTE, NORMAL, gguf_added_tokens
 from ..plumbing.errors import WeightsError
 from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
 from .sentencepiece import SPACE, SentencePiece, merges_from_scores
 from .tokenizer_config import TokenizerConfig
 
-# The GGUF token types (`tokenizer.ggml.token_type`, llama.cpp's llama_token_type).
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 # llama.cpp's special token ids when the file names none (a default past the vocabulary: none).
 DEFAULT_IDS = {"gpt2": {"bos": 11, "eos": 11, "unknown": None},
                "llama": {"bos": 1, "eos": 2, "unknown": 0}}
@@ -36,7 +37,8 @@ def from_tokenizer_json(cls, text, config=None):
     """A ``cls`` (Tokenizer) from the text of a tokenizer.json and an optional config.
 
     Raises ``ValueError`` for a file that is not BPE or uses a feature this implementation
-    leaves out (other normalizers, word prefixes and suffixes, dropout, stripped added tokens).
+    leaves out (other normalizers, word prefixes and suffixes, dropout). Added tokens keep
+    their ``lstrip``, ``rstrip``, ``single_word`` and ``normalized`` (``added_tokens``).
     """
     data = json.loads(text)
     model = data.get("model") or {}
@@ -46,10 +48,6 @@ def from_tokenizer_json(cls, text, config=None):
         if model.get(key):
             raise ValueError(f"BPE option {key}={model[key]!r} is not supported")
     added = data.get("added_tokens") or []
-    for token in added:
-        if token.get("single_word") or token.get("lstrip") or token.get("rstrip"):
-            raise ValueError(f"added token {token['content']!r}: single_word, lstrip "
-                             "and rstrip are not supported")
     config = _config_from_post_processor(data.get("post_processor"), config or TokenizerConfig())
     if config.unk_token is None and model.get("unk_token") is not None:
         config = replace(config, unk_token=model["unk_token"])
@@ -233,13 +231,11 @@ def _from_gguf_fields(cls, fields):
         token_id = fields.get(f"{key}_token_id", DEFAULT_IDS[kind].get(key))
         return None if token_id is None or token_id >= len(tokens) else tokens[token_id]
 
-    vocab, added = {}, []
-    for token_id, (token, token_type) in enumerate(zip(tokens, types)):
-        if token_type in (CONTROL, USER_DEFINED, UNKNOWN):
-            added.append({"id": token_id, "content": token,
-                          "special": token_type != USER_DEFINED})
-        else:
-            vocab[byte_spelled(token) if kind == "gpt2" else token] = token_id
+    eos_id = fields.get("eos_token_id", DEFAULT_IDS[kind]["eos"])
+    added = gguf_added_tokens(tokens, types, fields, eos_id if eos_id < len(tokens) else None)
+    whole = {token.id for token in added}
+    vocab = {byte_spelled(token) if kind == "gpt2" else token: token_id
+             for token_id, token in enumerate(tokens) if token_id not in whole}
     if kind == "gpt2":
         if "merges" not in fields:
             raise ValueError("tokenizer.ggml.merges: missing, expected array of string")
@@ -260,7 +256,8 @@ def _from_gguf_fields(cls, fields):
         bos_token=token_named("bos"), eos_token=token_named("eos"),
         pad_token=token_named("padding"), unk_token=token_named("unknown"),
         add_bos_token=add_bos, add_eos_token=fields.get("add_eos_token", False),
-        chat_template=fields.get("chat_template"), pre_tokenizer=pre)
+        chat_template=fields.get("chat_template"), pre_tokenizer=pre,
+        strip_whitespace="ascii" if any(t.lstrip or t.rstrip for t in added) else None)
     return cls(vocab, merges, added, config=config, **build)
 
 
@@ -269,9 +266,9 @@ def _from_gguf_fields(cls, fields):
 def to_tokenizer_json(tok):
     """The tokenizer.json text of a tokenizer (read back by ``from_tokenizer_json`` to the same
     tokenizer; a SentencePiece vocabulary merged by score gets merges ordered by score)."""
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False, "special": t in tok.special_tokens}
-             for t, i in sorted(tok.added_tokens.items(), key=lambda kv: kv[1])]
+    added = [{"id": t.id, "content": t.content, "single_word": t.single_word,
+              "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
+              "special": t.special} for t in sorted(tok.added.values(), key=lambda t: t.id)]
     model = {"type": "BPE", "dropout": None, "unk_token": None,
              "continuing_subword_prefix": None, "end_of_word_suffix": None,
              "fuse_unk": False, "byte_fallback": False, "ignore_merges": tok.ignore_merges,
