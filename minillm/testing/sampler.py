@@ -151,26 +151,39 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
                          max((b for _, b in seen), default=0.0))
 
 
-def assert_draws_follow(tokens, probs) -> dict:
+def assert_draws_follow(tokens, probs, names=None) -> dict:
     """Draws (n,) from one distribution probs (V,): never a token of probability 0, and a
     chi-square statistic under the critical value (false alarms: FALSE_ALARM). Returns
-    {statistic, df, critical, false_alarm}."""
+    {statistic, df, critical, false_alarm}. A failure lists only the entries that differ most
+    (by their share of the statistic), named by `names` (default: their ids)."""
     tokens = np.asarray(tokens)
+    names = list(range(len(probs))) if names is None else list(names)
     if tokens.min() < 0 or tokens.max() >= len(probs):
         raise AssertionError(f"drew token ids outside [0, {len(probs)}): {tokens.min()} to "
                              f"{tokens.max()}")
     counts = np.bincount(tokens, minlength=len(probs))
     if counts[probs == 0].any():
         bad = np.flatnonzero(counts * (probs == 0))
-        raise AssertionError(f"drew tokens of probability 0: {bad.tolist()[:10]}")
+        raise AssertionError(f"drew tokens of probability 0: "
+                             f"{[(names[i], int(counts[i])) for i in bad[:10]]} (token, times)")
     stat, df = chi_square(counts, probs)
     critical = chi_square_critical(df)
     if stat >= critical:
         raise AssertionError(f"draws do not follow the distribution: chi-square {stat:.1f} >= "
-                             f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); counts "
-                             f"{counts.tolist()}, expected "
-                             f"{(len(tokens) * probs).round(1).tolist()}")
+                             f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); the "
+                             f"entries that differ most: {differing_entries(counts, probs, names)}")
     return dict(statistic=stat, df=df, critical=critical, false_alarm=FALSE_ALARM)
+
+
+def differing_entries(counts, probs, names, show: int = 6) -> str:
+    """The `show` entries of largest (observed - expected)^2 / expected, as text."""
+    expected = counts.sum() * np.asarray(probs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(expected > 0, (counts - expected) ** 2 / expected, 0.0)
+    order = np.argsort(-share)[:show]
+    text = ", ".join(f"{names[i]!r}: drawn {int(counts[i])}, expected {expected[i]:.1f}"
+                     for i in order)
+    return text + (f" (of {len(probs)} entries)" if len(probs) > show else "")
 
 
 def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int = 40_000,
