@@ -22,11 +22,10 @@ SEEDED = {"temperature": 1.0, "seed": 1}  # minillm reports the drawn distributi
 
 @pytest.fixture(scope="module")
 def served():
-    with minillm.threads(1):
-        model = minillm.load(DEFAULT_MODEL)
-    running = start(model, name="target")
-    yield connect(running.url + "/v1", timeout=60)
-    running.stop()
+    with minillm.threads(1):  # the engine's thread computes inside it: one BLAS thread
+        running = start(minillm.load(DEFAULT_MODEL), name="target")
+        yield connect(running.url + "/v1", timeout=60)
+        running.stop()
 
 
 @pytest.mark.slow
