@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..sampling import SamplingConfig, filtered_probs, min_p_mask, top_k_mask, top_p_mask
-from .settings import SHRINK_SECONDS, run_property
+from .settings import SHRINK_SECONDS, as_list, run_property
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
 from .strategies import sampling_knobs, smooth_logits
@@ -118,8 +118,15 @@ def assert_filter_holds(filter_fn, z, knobs: SamplingConfig, atol: float = 1e-12
             rule = ("minillm's filtered_probs" if tuple(order) == MINILLM_ORDER
                     else f"minillm's filters in the order {tuple(order)}")
             raise AssertionError(f"{knobs}: row {r} differs from {rule} by {diff:.3g} (atol "
-                                 f"{atol}): {p[r].tolist()} vs {want[r].tolist()}; {case}")
+                                 f"{atol}) at {differing(p[r], want[r], atol)}; {case}")
     return plain, with_ties
+
+
+def differing(got, want, atol: float, show: int = 8) -> str:
+    """The entries of a row where got and want differ by more than atol: token, got, want."""
+    ids = np.flatnonzero(np.abs(got - want) > atol)
+    text = ", ".join(f"token {i}: {got[i]:.6g} vs {want[i]:.6g}" for i in ids[:show])
+    return text + (f" (and {len(ids) - show} more)" if len(ids) > show else "")
 
 
 def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int = 50, *,
@@ -146,7 +153,10 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
                                 logit_arrays(max_rows=3, max_vocab=12, dtype=dtype)), knobs)
     seen = []
     run_property(cases, lambda case: seen.append(assert_filter_holds(
-        filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds)
+        filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds,
+        "check_sampler", lambda case: f"minillm.testing.assert_filter_holds(filter_fn, "
+                                      f"{as_list(case[0])}, {case[1]!r}, {atol}, {tuple(order)}, "
+                                      f"{dtype!r})")
     return SamplerReport(len(seen), max((a for a, _ in seen), default=0.0),
                          max((b for _, b in seen), default=0.0))
 
