@@ -88,7 +88,8 @@ def test_a_shifted_echo_fails_the_logprob_check_with_its_replay_line(served):
         with pytest.raises(AssertionError, match="differ by up to") as e:
             api.check_api_logprobs(shifted)
     assert "1 cases ran" in str(e.value)
-    assert str(e.value).splitlines()[-1].startswith("replay: minillm.testing.api.check_api_logprobs(")
+    last = str(e.value).splitlines()[-1]
+    assert last.startswith("replay: minillm.testing.api.check_api_logprobs(")
 
 
 def test_a_sampler_that_ignores_the_temperature_fails_the_sampler_check(served):

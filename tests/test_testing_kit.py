@@ -10,7 +10,9 @@ alone. For each, the checker raises AssertionError on the bug and passes on the 
 tests/test_speculative.py.
 """
 import dataclasses
+import pathlib
 import re
+import subprocess
 import sys
 import warnings
 
@@ -680,7 +682,8 @@ def test_an_engine_exception_names_the_check_the_case_the_call_and_a_hint():
     with pytest.raises(AssertionError) as e:
         check_rollback(engine, atol=ATOL, max_batch=1, **SMALL)
     message = str(e.value)
-    assert "the engine raised RuntimeError: llama_decode returned -1; in forward(tokens [[" in message
+    assert ("the engine raised RuntimeError: llama_decode returned -1; in forward(tokens [["
+            in message)
     assert "check_rollback: " in message and "cases passed before the first failure" in message
     assert message.splitlines()[-1].startswith("replay: minillm.testing.assert_rollback_matches(")
 

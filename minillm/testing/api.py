@@ -76,8 +76,9 @@ def compare_choices(a, b, what: str, atol: float) -> tuple[float, str]:
     if a.tokens != b.tokens:
         i = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
                  min(len(a.tokens), len(b.tokens)))
-        raise AssertionError(f"{what}: the tokens differ from token {i} on: {list(a.tokens[i:i + 4])} "
-                             f"vs {list(b.tokens[i:i + 4])} (text {a.text!r} vs {b.text!r})")
+        raise AssertionError(f"{what}: the tokens differ from token {i} on: "
+                             f"{list(a.tokens[i:i + 4])} vs {list(b.tokens[i:i + 4])} (text "
+                             f"{a.text!r} vs {b.text!r})")
     worst, where = 0.0, ""
     for i, (x, y, tx, ty) in enumerate(zip(a.logprobs, b.logprobs, a.top, b.top)):
         pairs = [(a.tokens[i], x, y)] + [(k, tx[k], ty[k]) for k in (tx or {}) if k in (ty or {})]
@@ -155,7 +156,8 @@ def shifted_hint(completion, echoed) -> str:
     is the completion's top token at i + 1."""
     tops = [max(t, key=t.get) if t else None for t in completion.top]
     etops = [max(t, key=t.get) if t else None for t in echoed]
-    later = sum(1 for i in range(len(etops) - 1) if etops[i] is not None and etops[i] == tops[i + 1])
+    later = sum(1 for i in range(len(etops) - 1)
+                if etops[i] is not None and etops[i] == tops[i + 1])
     if len(etops) > 1 and later >= (len(etops) - 1) / 2 and later > sum(
             1 for x, y in zip(etops, tops) if x is not None and x == y):
         return (f"; hint: the echoed top token at token i is the completion's at i + 1 "

@@ -67,7 +67,8 @@ def logits_of(engine, tokens, cache=None, pad=None) -> np.ndarray:
     except (AssertionError, EngineError):
         raise
     except Exception as error:
-        call = (f"forward(tokens {tokens.tolist()}, {'a cache' if cache is not None else 'no cache'}"
+        held = "a cache" if cache is not None else "no cache"
+        call = (f"forward(tokens {tokens.tolist()}, {held}"
                 + (f", pad {np.asarray(pad).tolist()})" if padded else ")"))
         hint = ("an engine without padding: check_batch_equivalence(..., ragged=False)" if padded
                 else "an engine whose caches hold one row: max_batch=1" if cache is not None

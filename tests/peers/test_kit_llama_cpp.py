@@ -2,8 +2,8 @@
 through llama-cpp-python's low-level binding, one llama_context, each kit row its own
 sequence, one thread.
 
-The adapter is minillm.testing.adapters.llama_cpp (docs/TESTING.md shows it). What the kit finds, asserted here
-and written down there with its figures: with flash attention on, every cache, rollback,
+The adapter is minillm.testing.adapters.llama_cpp (docs/TESTING.md shows it). What the kit
+finds, asserted here and written down there with its figures: with flash attention on, every cache, rollback,
 batch and window check passes at exact equality; with it off, a one-token decode step gives
 other logits than a call of two or more tokens (calls of two or more tokens agree exactly in
 any split), so the uncached comparisons fail and the like-for-like ones pass.

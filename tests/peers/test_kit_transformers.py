@@ -1,8 +1,9 @@
-"""minillm.testing pointed at Hugging Face transformers: its models with a DynamicCache, its
-left-padded batches, its sampling processors, and its assisted (speculative) generation.
+"""minillm.testing pointed at Hugging Face transformers: its models with a DynamicCache or a
+StaticCache, its left-padded batches, its sampling processors, and its assisted (speculative)
+generation.
 
-The adapter is minillm.testing.adapters.transformers (`hf_engine`, docs/TESTING.md): transformers computes the logits,
-the kit only compares them. Models are the random-init ones of test_transformers_models.py
+The adapter is minillm.testing.adapters.transformers (`hf_engine`, docs/TESTING.md):
+transformers computes the logits, the kit only compares them. Models are the random-init ones of test_transformers_models.py
 (every parameter randomised), in float64 so that tolerances can be tight; what was found is
 written down in docs/TESTING.md.
 """
