@@ -49,8 +49,8 @@ def warn_if_short(cases: int) -> None:
     if not REACHED:
         warnings.warn(BudgetWarning(
             f"check_cache_equivalence: none of its {cases} cases fed a chunk of "
-            f"{LONG_CHUNK} or more tokens to a cache that held text: raise max_length (to 8 "
-            "or more) or max_examples, or check such a chunk with assert_chunks_match"),
+            f"{LONG_CHUNK} or more tokens to a cache that held text: raise max_examples or "
+            "max_length (8 or more), or check such a chunk with assert_chunks_match"),
             stacklevel=3)
 
 

@@ -105,9 +105,12 @@ def token_sequences(vocab_size: int, min_length: int = 1, max_length: int = 16):
 
 def chunkings(length: int):
     """Where to cut a text of `length` tokens into chunks: sorted cuts in (0, length). One call
-    (no cut), token by token (every cut) and random chunks are all drawn."""
+    (no cut), token by token (every cut), one cut (a prefill, then the rest in one call: a long
+    chunk into a filled cache, where call-size-dependent kernels differ) and random chunks are
+    all drawn."""
     every = list(range(1, length))
-    return st.one_of(st.just([]), st.just(every),
+    return st.one_of(st.just([]), st.just(every), st.integers(1, max(1, length - 1)).map(
+                         lambda cut: [cut] if cut < length else []),
                      st.sets(st.integers(1, max(1, length - 1)), max_size=length).map(
                          lambda cuts: sorted(c for c in cuts if c < length)))
 
