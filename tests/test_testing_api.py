@@ -34,7 +34,7 @@ def test_minillm_serve_passes_the_api_checks(served):
                api.check_api_batch_invariance(served, atol=1e-4, sampling=SEEDED),
                api.check_api_batch_invariance(served, prompts=api.PROMPTS[:2]),
                api.check_api_logprobs(served, atol=1e-4),
-               api.check_api_sampler(served, draws=320, n=16)]
+               api.check_api_sampler(served, prompt="I like to eat", draws=320, n=16)]
     print("\n" + "\n".join(map(str, reports)))
     assert all(r.supported and r.cases > 0 for r in reports)
 

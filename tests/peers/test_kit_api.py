@@ -93,6 +93,6 @@ def test_minillm_serve_on_smollm2_passes_the_api_checks(minillm_server):
                                               atol=1e-4, max_tokens=8,
                                               sampling={"temperature": 1.0, "seed": 1}),
                api.check_api_logprobs(minillm_server, prompts=api.PROMPTS[:2], atol=1e-4),
-               api.check_api_sampler(minillm_server, draws=160, n=16)]
+               api.check_api_sampler(minillm_server, prompt="I like to eat", draws=160, n=16)]
     print("\nminillm serve, SmolLM2:\n" + "\n".join(map(str, reports)))
     assert all(r.supported and r.cases > 0 for r in reports)
