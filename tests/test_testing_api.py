@@ -14,6 +14,7 @@ pytest.importorskip("uvicorn")
 import minillm  # noqa: E402
 from minillm.cli.common import DEFAULT_MODEL  # noqa: E402
 from minillm.serve import start  # noqa: E402
+import minillm.testing.adapters.openai  # noqa: E402,F401  (the replay lines name it)
 from minillm.testing import api  # noqa: E402
 from minillm.testing.adapters.openai import APIError, connect, request  # noqa: E402
 
@@ -87,9 +88,11 @@ def test_a_shifted_echo_fails_the_logprob_check_with_its_replay_line(served):
     with Proxy(served, edit_reply=shift_echo) as shifted:
         with pytest.raises(AssertionError, match="differ by up to") as e:
             api.check_api_logprobs(shifted)
-    assert "1 cases ran" in str(e.value)
-    last = str(e.value).splitlines()[-1]
-    assert last.startswith("replay: minillm.testing.api.check_api_logprobs(")
+        assert "1 cases ran" in str(e.value)
+        last = str(e.value).splitlines()[-1]
+        assert last.startswith("replay: minillm.testing.api.check_api_logprobs(")
+        with pytest.raises(AssertionError, match="differ by up to"):  # the line replays it
+            eval(last[len("replay: "):], {"minillm": minillm})
 
 
 def test_a_sampler_that_ignores_the_temperature_fails_the_sampler_check(served):

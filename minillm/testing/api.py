@@ -65,8 +65,8 @@ def unsupported(check: str, reason: str) -> APIReport:
 def replay(check: str, server: Server, **arguments) -> str:
     """The one line that replays a check's failure."""
     args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-    return (f"replay: minillm.testing.api.{check}(connect({server.url!r}, "
-            f"{server.model!r}){', ' if args else ''}{args})")
+    return (f"replay: minillm.testing.api.{check}(minillm.testing.adapters.openai.connect("
+            f"{server.url!r}, {server.model!r}){', ' if args else ''}{args})")
 
 
 def compare_choices(a, b, what: str, atol: float) -> tuple[float, str]:
@@ -112,8 +112,8 @@ def check_api_determinism(server: Server, prompts=PROMPTS, max_tokens: int = 16,
             gap, at = compare_choices(first, second, "the same greedy request twice", atol)
         except AssertionError as error:
             fail(error, "determinism", n + 1, f"prompt {prompt!r}, {fields}",
-                 replay("check_api_determinism", server, prompts=(prompt,), atol=atol,
-                        extra=extra))
+                 replay("check_api_determinism", server, prompts=(prompt,),
+                        max_tokens=max_tokens, logprobs=logprobs, atol=atol, extra=extra))
         if gap >= worst:
             worst, where = gap, f"prompt {prompt!r}, {at}" if at else ""
     return APIReport("determinism", True, len(prompts), worst, where)
@@ -145,7 +145,8 @@ def check_api_batch_invariance(server: Server, prompts=PROMPTS, others: int = 7,
         except AssertionError as error:
             fail(error, "batch invariance", n + 1, f"prompt {prompt!r}, {fields}",
                  replay("check_api_batch_invariance", server, prompts=(prompt,), others=others,
-                        atol=atol, sampling=sampling, extra=extra))
+                        max_tokens=max_tokens, logprobs=logprobs, atol=atol,
+                        sampling=sampling, extra=extra))
         if gap >= worst:
             worst, where = gap, f"prompt {prompt!r}, {at}" if at else ""
     return APIReport("batch invariance", True, len(prompts), worst, where)
