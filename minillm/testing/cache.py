@@ -35,7 +35,7 @@ from .strategies import chunk_cases, rollback_cases
 
 REFERENCES = ("uncached", "chunks")
 LONG_CHUNK = 4  # an engine whose kernels change with the call's size differs from here on
-REACHED = []  # the cases of the current check that fed a long chunk to a non-empty cache
+REACHED = []  # [True] once a case of the current check fed a long chunk to a filled cache
 
 
 class BudgetWarning(UserWarning):
@@ -62,7 +62,7 @@ def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Re
     case = f"tokens {tokens.tolist()}, chunks cut at {cuts}"
     chunks, reports = [], []
     if any(a > 0 and b - a >= LONG_CHUNK for a, b in zip(cuts, cuts[1:])):
-        REACHED.append(case)
+        REACHED[:] = [True]
     with open_cache(engine, len(tokens)) as cache:
         for a, b in zip(cuts, cuts[1:]):
             chunks.append(logits_of(engine, tokens[:, a:b], cache))
