@@ -10,10 +10,15 @@ alone. For each, the checker raises AssertionError on the bug and passes on the 
 tests/test_speculative.py.
 """
 import dataclasses
+import pathlib
+import re
+import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import minillm
 from minillm import model as model_module
@@ -22,13 +27,15 @@ from minillm.generate import decode_steps
 from minillm.knobs import generation_config
 from minillm.sampling import SamplingConfig, draw, filtered_probs, sample_next_token
 from minillm.speculative import speculative_generate
-from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance, check_batch_equivalence,
+from minillm.testing import (LLAMA_CPP_ORDER, BudgetWarning, Engine, Tolerance, calibrate,
+                             check_batch_equivalence,
                              check_cache_equivalence, check_draws, check_rollback, check_sampler,
                              check_speculative_distribution, check_stream_decoder,
                              check_window_slides, exact_sequence_distribution,
                              power_by_noncentral_approximation, power_by_simulation,
                              smallest_detectable_tv)
 from minillm.text.tokenizer import BYTE_TO_CHAR
+from minillm.testing.strategies import token_arrays
 from tests.helpers import byte_tokenizer
 
 ATOL = 1e-12
@@ -186,7 +193,7 @@ def test_slide_checker_fails_rope_positions_that_drift_after_a_slide(monkeypatch
     monkeypatch.setattr(sys.modules["minillm.generate"], "read_slid",
                         keys_keep_their_old_positions)
     with pytest.raises(AssertionError, match=r"step \d+ .*logits differ"):
-        check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, max_examples=5)
+        check_window_slides(greedy_logits(SLIDING), SLIDING, atol=1e-10, max_examples=10)
 
 
 # -- the sampler -------------------------------------------------------------------------------
@@ -621,3 +628,81 @@ def test_sampler_checker_in_float32_with_the_knobs_first_in_its_message():
     with pytest.raises(AssertionError, match=r"^SamplingConfig\(temperature=0.7"):
         check_sampler(top_p_without_the_crossing_token, SamplingConfig(temperature=0.7,
                                                                        top_p=0.8))
+
+
+# -- cases that find differences, failures that explain themselves ----------------------------
+
+def test_drawn_texts_mix_uniform_ids_over_the_whole_vocabulary_with_structured_ones():
+    seen = []
+
+    @settings(max_examples=40, derandomize=True, database=None)
+    @given(token_arrays(49152, 1, 16))
+    def draw(tokens):
+        seen.append(int(tokens.max()))
+
+    draw()
+    assert any(top > 10_000 for top in seen) and any(top < 100 for top in seen)
+
+
+def test_a_budget_that_never_feeds_a_long_chunk_to_a_filled_cache_is_warned_of():
+    with pytest.warns(BudgetWarning, match="none of its 5 cases fed a chunk of 4"):
+        check_cache_equivalence(MODERN, atol=ATOL, max_length=3, max_examples=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)
+        check_cache_equivalence(MODERN, atol=ATOL, max_length=12, max_examples=25)
+
+
+def test_calibration_measures_one_token_noise_and_suggests_a_bound_above_it():
+    calibration = calibrate(noisy_one_token_steps(MODERN))
+    assert calibration.one_token > 1e-4 and calibration.call_sizes[1] == calibration.one_token
+    assert max(calibration.call_sizes[c] for c in (2, 3, 4, 8)) < 1e-12
+    assert calibration.suggested == 2 * calibration.one_token
+    check_cache_equivalence(noisy_one_token_steps(MODERN), atol=calibration.suggested, **SMALL)
+    exact = calibrate(MODERN)
+    assert exact.suggested < 1e-12 and exact.position_shift is None
+
+
+def test_an_engine_exception_names_the_check_the_case_the_call_and_a_hint():
+    def one_row(batch_size):
+        if batch_size != 1:
+            raise ValueError("one row per cache")
+        return MODERN.new_cache(1)
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, MODERN.forward, one_row)
+    with pytest.raises(AssertionError, match=r"determinism probe .*tokens \[\[.*the engine raised "
+                       r"ValueError: one row per cache; in new_cache\(2\); hint: .*max_batch=1"):
+        check_cache_equivalence(engine, atol=ATOL, **SMALL)
+
+    def refuses_seven(tokens, cache=None, pad=None):
+        if cache is not None and 7 in np.asarray(tokens):
+            raise RuntimeError("llama_decode returned -1")
+        return MODERN.forward(tokens, cache, pad)
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, refuses_seven, MODERN.new_cache)
+    with pytest.raises(AssertionError) as e:
+        check_rollback(engine, atol=ATOL, max_batch=1, **SMALL)
+    message = str(e.value)
+    assert ("the engine raised RuntimeError: llama_decode returned -1; in forward(tokens [["
+            in message)
+    assert "check_rollback: " in message and "cases passed before the first failure" in message
+    assert message.splitlines()[-1].startswith("replay: minillm.testing.assert_rollback_matches(")
+
+
+@pytest.mark.parametrize("bug", [cache_ignored, truncate_forgotten, off_by_one])
+def test_a_failure_counts_its_cases_and_its_last_line_replays_it(bug):
+    engine = bug(MODERN)
+    with pytest.raises(AssertionError) as e:
+        check_cache_equivalence(engine, atol=ATOL, **SMALL)
+    message = str(e.value)
+    assert re.search(r"\[check_\w+: \d+ cases passed before the first failure; \d+ ran in all",
+                     message)
+    line = message.splitlines()[-1]
+    assert line.startswith("replay: minillm.testing.assert_")
+    with pytest.raises(AssertionError, match="logits differ"):
+        eval(line[len("replay: "):], {"minillm": minillm, "engine": engine,
+                                      "Tolerance": Tolerance})
+
+
+def test_printed_reports_name_the_worst_comparison():
+    report = check_cache_equivalence(MODERN, atol=ATOL, **SMALL)
+    assert f"worst: {report.worst}" in str(report) and "tokens" in report.worst

@@ -17,8 +17,10 @@ require("hypothesis", "testing", "minillm.testing")  # one line saying how, not 
 from .batch import assert_batch_matches, check_batch_equivalence
 from .cache import (assert_chunks_match, assert_rollback_matches, check_cache_equivalence,
                     check_rollback)
+from .calibrate import Calibration, calibrate
+from .cache import BudgetWarning
 from .compare import Report, Tolerance
-from .engine import Engine, assert_deterministic
+from .engine import Engine, EngineError, assert_deterministic
 from .sampler import (LLAMA_CPP_ORDER, MINILLM_ORDER, SamplerReport, assert_draws_follow,
                       assert_filter_holds, check_draws, check_sampler, probabilities_in_order)
 from .speculative import check_speculative_distribution, exact_sequence_distribution
@@ -27,7 +29,8 @@ from .stats import (FALSE_ALARM, chi_square, chi_square_critical,
 from .stream import assert_stream_matches, check_stream_decoder
 from .window import assert_slides_match, check_window_slides, slide_views
 
-__all__ = ["Engine", "Tolerance", "Report", "assert_deterministic",
+__all__ = ["Engine", "Tolerance", "Report", "assert_deterministic", "EngineError",
+           "calibrate", "Calibration", "BudgetWarning",
            "check_cache_equivalence", "check_rollback", "assert_chunks_match",
            "assert_rollback_matches",
            "check_batch_equivalence", "assert_batch_matches",

@@ -25,7 +25,7 @@ from .cache import REFERENCES
 from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
 from .compare import tolerance_of
 from .engine import assert_deterministic, logits_of, open_cache
-from .settings import SHRINK_SECONDS, run_property
+from .settings import SHRINK_SECONDS, as_list, run_property
 from .strategies import ragged_batches
 
 
@@ -97,7 +97,10 @@ def check_batch_equivalence(engine, atol: float | None = None, rtol: float = 0.0
                  lambda case: reports.append(assert_batch_matches(
                      engine, case[0], case[1], split=case[2], tolerance=per_case(tol),
                      reference=reference)),
-                 max_examples, shrink_seconds)
+                 max_examples, shrink_seconds, "check_batch_equivalence",
+                 lambda case: f"minillm.testing.assert_batch_matches(engine, {as_list(case[0])}, "
+                              f"{as_list(case[1])}, split={case[2]}, tolerance={per_case(tol)!r}, "
+                              f"reference={reference!r})")
     report = dataclasses.replace(combine(reports), repeat=repeat)
     assert_top1(report, tol, "batch checks")
     return report

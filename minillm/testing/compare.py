@@ -89,7 +89,8 @@ class Report:
         return (f"{self.comparisons} comparisons, {self.positions} positions: largest "
                 f"difference {self.max_abs:.3g} (scaled {self.max_scaled:.3g}), KL "
                 f"{self.max_kl:.3g}, TV {self.max_tv:.3g}, top-1 agreement {self.top1:.4f}; "
-                f"repeated calls differ by {self.repeat:.3g}")
+                f"repeated calls differ by {self.repeat:.3g}"
+                + (f"; worst: {self.worst}" if self.worst else ""))
 
 
 def combine(reports) -> Report:

@@ -43,14 +43,37 @@ class Engine:
     new_cache: Callable | None = None
 
 
+class EngineError(RuntimeError):
+    """An exception the engine raised, with the call that raised it and a hint where one
+    applies; the checkers report it with the check and the case."""
+
+
+def engine_error(error: Exception, call: str, hint: str = "") -> EngineError:
+    return EngineError(f"the engine raised {type(error).__name__}: {error}; in {call}"
+                       + (f"; hint: {hint}" if hint else ""))
+
+
 def logits_of(engine, tokens, cache=None, pad=None) -> np.ndarray:
     """engine.forward as float64 logits (B, T, V); `pad` is passed only when some row has
-    padding, so that an engine refusing it is never asked."""
+    padding, so that an engine refusing it is never asked. An exception of the engine comes
+    out as an EngineError naming the call."""
     tokens = np.asarray(tokens, dtype=np.int64)
-    if pad is not None and np.any(pad):
-        out = engine.forward(tokens, cache, np.asarray(pad, dtype=np.int64))
-    else:
-        out = engine.forward(tokens, cache)
+    padded = pad is not None and np.any(pad)
+    try:
+        if padded:
+            out = engine.forward(tokens, cache, np.asarray(pad, dtype=np.int64))
+        else:
+            out = engine.forward(tokens, cache)
+    except (AssertionError, EngineError):
+        raise
+    except Exception as error:
+        held = "a cache" if cache is not None else "no cache"
+        call = (f"forward(tokens {tokens.tolist()}, {held}"
+                + (f", pad {np.asarray(pad).tolist()})" if padded else ")"))
+        hint = ("an engine without padding: check_batch_equivalence(..., ragged=False)" if padded
+                else "an engine whose caches hold one row: max_batch=1" if cache is not None
+                and len(tokens) > 1 else "")
+        raise engine_error(error, call, hint) from error
     return np.asarray(out, dtype=np.float64)
 
 
@@ -69,7 +92,11 @@ def can_truncate(cache) -> bool:
 @contextmanager
 def open_cache(engine, batch_size: int):
     """engine.new_cache(batch_size), closed (cache.close(), when it has one) on leaving."""
-    cache = engine.new_cache(batch_size)
+    try:
+        cache = engine.new_cache(batch_size)
+    except Exception as error:
+        raise engine_error(error, f"new_cache({batch_size})", "an engine whose caches hold one "
+                           "row: max_batch=1" if batch_size > 1 else "") from error
     try:
         yield cache
     finally:
@@ -103,15 +130,11 @@ def assert_deterministic(engine, tol: Tolerance, batch_size: int = 2, length: in
                           for t in range(half, length)]
         return np.concatenate(calls, axis=1)  # (B, T or 2T, V)
 
-    first = run()
-    if cached:
-        with open_cache(engine, batch_size) as other:
-            logits_of(engine, rng.integers(0, engine.vocab_size, (batch_size, 3)), other)
-            second = run()
-        how = (", the second time while another cache held a text (an uncached call, then a "
-               "cache fed half the text and one token a call)")
-    else:
-        second, how = run(), ""
+    try:
+        first, second, how = twice(run, cached, engine, rng, batch_size)
+    except EngineError as error:
+        raise AssertionError(f"the determinism probe (the same calls twice on the tokens "
+                             f"{tokens.tolist()}): {error}") from error
     gap = float(position_differences(second, first)[0].max())
     try:
         assert_logits_close(second, first, tol, "", "")
@@ -120,3 +143,16 @@ def assert_deterministic(engine, tol: Tolerance, batch_size: int = 2, length: in
                              f"{tokens.tolist()} differ by up to {gap:.3g} ({tol.bounds}) when "
                              f"made twice{how}") from None
     return gap
+
+
+def twice(run, cached: bool, engine, rng, batch_size: int):
+    """run() twice, the second time (engines with caches) while another cache holds a text of
+    3 tokens; the two results and how the second was made, for the message."""
+    first = run()
+    if not cached:
+        return first, run(), ""
+    with open_cache(engine, batch_size) as other:
+        logits_of(engine, rng.integers(0, engine.vocab_size, (batch_size, 3)), other)
+        second = run()
+    return first, second, (", the second time while another cache held a text (an uncached "
+                           "call, then a cache fed half the text and one token a call)")

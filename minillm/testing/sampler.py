@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..sampling import SamplingConfig, filtered_probs, min_p_mask, top_k_mask, top_p_mask
-from .settings import SHRINK_SECONDS, run_property
+from .settings import SHRINK_SECONDS, as_list, run_property
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
 from .strategies import sampling_knobs, smooth_logits
@@ -118,8 +118,15 @@ def assert_filter_holds(filter_fn, z, knobs: SamplingConfig, atol: float = 1e-12
             rule = ("minillm's filtered_probs" if tuple(order) == MINILLM_ORDER
                     else f"minillm's filters in the order {tuple(order)}")
             raise AssertionError(f"{knobs}: row {r} differs from {rule} by {diff:.3g} (atol "
-                                 f"{atol}): {p[r].tolist()} vs {want[r].tolist()}; {case}")
+                                 f"{atol}) at {differing(p[r], want[r], atol)}; {case}")
     return plain, with_ties
+
+
+def differing(got, want, atol: float, show: int = 8) -> str:
+    """The entries of a row where got and want differ by more than atol: token, got, want."""
+    ids = np.flatnonzero(np.abs(got - want) > atol)
+    text = ", ".join(f"token {i}: {got[i]:.6g} vs {want[i]:.6g}" for i in ids[:show])
+    return text + (f" (and {len(ids) - show} more)" if len(ids) > show else "")
 
 
 def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int = 50, *,
@@ -146,31 +153,47 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
                                 logit_arrays(max_rows=3, max_vocab=12, dtype=dtype)), knobs)
     seen = []
     run_property(cases, lambda case: seen.append(assert_filter_holds(
-        filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds)
+        filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds,
+        "check_sampler", lambda case: f"minillm.testing.assert_filter_holds(filter_fn, "
+                                      f"{as_list(case[0])}, {case[1]!r}, {atol}, {tuple(order)}, "
+                                      f"{dtype!r})")
     return SamplerReport(len(seen), max((a for a, _ in seen), default=0.0),
                          max((b for _, b in seen), default=0.0))
 
 
-def assert_draws_follow(tokens, probs) -> dict:
+def assert_draws_follow(tokens, probs, names=None) -> dict:
     """Draws (n,) from one distribution probs (V,): never a token of probability 0, and a
     chi-square statistic under the critical value (false alarms: FALSE_ALARM). Returns
-    {statistic, df, critical, false_alarm}."""
+    {statistic, df, critical, false_alarm}. A failure lists only the entries that differ most
+    (by their share of the statistic), named by `names` (default: their ids)."""
     tokens = np.asarray(tokens)
+    names = list(range(len(probs))) if names is None else list(names)
     if tokens.min() < 0 or tokens.max() >= len(probs):
         raise AssertionError(f"drew token ids outside [0, {len(probs)}): {tokens.min()} to "
                              f"{tokens.max()}")
     counts = np.bincount(tokens, minlength=len(probs))
     if counts[probs == 0].any():
         bad = np.flatnonzero(counts * (probs == 0))
-        raise AssertionError(f"drew tokens of probability 0: {bad.tolist()[:10]}")
+        raise AssertionError(f"drew tokens of probability 0: "
+                             f"{[(names[i], int(counts[i])) for i in bad[:10]]} (token, times)")
     stat, df = chi_square(counts, probs)
     critical = chi_square_critical(df)
     if stat >= critical:
         raise AssertionError(f"draws do not follow the distribution: chi-square {stat:.1f} >= "
-                             f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); counts "
-                             f"{counts.tolist()}, expected "
-                             f"{(len(tokens) * probs).round(1).tolist()}")
+                             f"{critical:.1f} (df {df}, false-alarm rate {FALSE_ALARM}); the "
+                             f"entries that differ most: {differing_entries(counts, probs, names)}")
     return dict(statistic=stat, df=df, critical=critical, false_alarm=FALSE_ALARM)
+
+
+def differing_entries(counts, probs, names, show: int = 6) -> str:
+    """The `show` entries of largest (observed - expected)^2 / expected, as text."""
+    expected = counts.sum() * np.asarray(probs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(expected > 0, (counts - expected) ** 2 / expected, 0.0)
+    order = np.argsort(-share)[:show]
+    text = ", ".join(f"{names[i]!r}: drawn {int(counts[i])}, expected {expected[i]:.1f}"
+                     for i in order)
+    return text + (f" (of {len(probs)} entries)" if len(probs) > show else "")
 
 
 def check_draws(sample, knobs: SamplingConfig, logits, history=None, draws: int = 40_000,

@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Flaky
 
+from .engine import EngineError
+
 SHRINK_SECONDS = 20.0  # how long a failing check looks for a smaller failing case
 
 
@@ -31,7 +33,8 @@ def _key(case):
     return repr(case)
 
 
-def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK_SECONDS):
+def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK_SECONDS,
+                 what: str = "", replay=None):
     """check(case) on `max_examples` cases drawn from the strategy `cases` (Hypothesis,
     derandomized); on a failure, Hypothesis looks for a smaller failing case for at most
     `shrink_seconds` after the first one, then reports the smallest found.
@@ -40,25 +43,47 @@ def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK
     so the search stops improving and ends; the case reported is still one that failed when
     run. If a failing case passes when Hypothesis runs it again, the engine answered the same
     input two ways: that is reported as such, with the first failure.
+
+    A failure (an AssertionError, or an exception of the engine: EngineError) is raised as an
+    AssertionError that names the check (`what`), says how many cases ran, and ends with one
+    line that replays the case reported (`replay(case)`: the assert call with its arguments).
     """
-    failing, first_failure = set(), []
+    failing, first_failure, ran, last = set(), [], [0, 0], []
 
     def bounded(case):
         key = _key(case)
         if first_failure and time.monotonic() - first_failure[0] > shrink_seconds \
                 and key not in failing:
             return  # the search's time is up: no new case is tried
+        ran[0] += 1
         try:
             check(case)
-        except AssertionError:
+        except (AssertionError, EngineError):
             failing.add(key)
+            last[:] = [case]
             if not first_failure:
                 first_failure.append(time.monotonic())
+                ran[1] = ran[0] - 1  # the cases that passed before the first failure
             raise
+
+    def counted(error) -> str:
+        text = (f"{error} [{what + ': ' if what else ''}{ran[1]} cases passed before the "
+                f"first failure; {ran[0]} ran in all, shrinking included]")
+        if replay is not None and last:
+            text += f"\nreplay: {replay(last[0])}"
+        return text
 
     try:
         checker_settings(max_examples)(given(cases)(bounded))()
     except Flaky as error:
         first = getattr(error, "exceptions", [error])[0]
-        raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
-                             f"run again; the first failure: {first}") from error
+        raise AssertionError(counted(f"the engine is not deterministic: a case failed, then "
+                                     f"passed when run again; the first failure: {first}")
+                             ) from error
+    except (AssertionError, EngineError) as error:
+        raise AssertionError(counted(error)) from error
+
+
+def as_list(value):
+    """A case's part as plain Python for a replay line (arrays as nested lists)."""
+    return value.tolist() if isinstance(value, np.ndarray) else value

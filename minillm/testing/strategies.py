@@ -97,23 +97,42 @@ def random_models(draw, configs=None, dtype="float64", std=0.5):
     return random_model(config, seed=draw(st.integers(0, 2**16)), dtype=dtype, std=std)
 
 
+def uniform_ids(vocab_size: int, shape):
+    """Ids drawn uniformly over the whole vocabulary by NumPy from a drawn seed: what
+    Hypothesis' own draws rarely give (they favour 0, small ids and numbers from the project's
+    code), and what finds an engine whose results depend on the token ids (a kernel per call
+    size whose rounding shows only on some texts, a table read out of range)."""
+    return st.integers(0, 2**32 - 1).map(
+        lambda seed: np.random.default_rng(seed).integers(0, vocab_size, shape, dtype=np.int64))
+
+
 def token_arrays(vocab_size: int, batch: int, length: int):
-    """(batch, length) int64 token ids in [0, vocab_size)."""
+    """(batch, length) int64 token ids in [0, vocab_size): Hypothesis' structured draws
+    (repeats, small ids, edges; these shrink) or, as often, seeded uniform ids over the whole
+    vocabulary (uniform_ids)."""
     ids = st.integers(0, vocab_size - 1)
-    return st.lists(st.lists(ids, min_size=length, max_size=length), min_size=batch,
-                    max_size=batch).map(lambda rows: np.array(rows, dtype=np.int64))
+    structured = st.lists(st.lists(ids, min_size=length, max_size=length), min_size=batch,
+                          max_size=batch).map(lambda rows: np.array(rows, dtype=np.int64))
+    return st.one_of(structured, uniform_ids(vocab_size, (batch, length)))
 
 
 def token_sequences(vocab_size: int, min_length: int = 1, max_length: int = 16):
-    """One text: a list of ids in [0, vocab_size)."""
-    return st.lists(st.integers(0, vocab_size - 1), min_size=min_length, max_size=max_length)
+    """One text: a list of ids in [0, vocab_size), structured or uniform (token_arrays)."""
+    structured = st.lists(st.integers(0, vocab_size - 1), min_size=min_length,
+                          max_size=max_length)
+    uniform = st.integers(min_length, max_length).flatmap(
+        lambda n: uniform_ids(vocab_size, (n,)).map(lambda ids: ids.tolist()))
+    return st.one_of(structured, uniform)
 
 
 def chunkings(length: int):
     """Where to cut a text of `length` tokens into chunks: sorted cuts in (0, length). One call
-    (no cut), token by token (every cut) and random chunks are all drawn."""
+    (no cut), token by token (every cut), one cut (a prefill, then the rest in one call: a long
+    chunk into a filled cache, where call-size-dependent kernels differ) and random chunks are
+    all drawn."""
     every = list(range(1, length))
-    return st.one_of(st.just([]), st.just(every),
+    return st.one_of(st.just([]), st.just(every), st.integers(1, max(1, length - 1)).map(
+                         lambda cut: [cut] if cut < length else []),
                      st.sets(st.integers(1, max(1, length - 1)), max_size=length).map(
                          lambda cuts: sorted(c for c in cuts if c < length)))
 

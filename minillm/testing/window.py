@@ -91,7 +91,9 @@ def check_window_slides(decode, engine, atol: float | None = None, rtol: float =
                  lambda prompt: reports.append(assert_slides_match(
                      decode, engine, prompt, 2 * W + 1, keep, tolerance=per_case(tol),
                      window=W)),
-                 max_examples, shrink_seconds)
+                 max_examples, shrink_seconds, "check_window_slides",
+                 lambda prompt: f"minillm.testing.assert_slides_match(decode, engine, {prompt}, "
+                                f"{2 * W + 1}, {keep}, tolerance={per_case(tol)!r}, window={W})")
     report = combine(reports)
     assert_top1(report, tol, "window slides")
     return report

@@ -1,8 +1,9 @@
-"""minillm.testing pointed at Hugging Face transformers: its models with a DynamicCache, its
-left-padded batches, its sampling processors, and its assisted (speculative) generation.
+"""minillm.testing pointed at Hugging Face transformers: its models with a DynamicCache or a
+StaticCache, its left-padded batches, its sampling processors, and its assisted (speculative)
+generation.
 
-The adapter (`hf_engine`) is what docs/TESTING.md shows: transformers computes the logits,
-the kit only compares them. Models are the random-init ones of test_transformers_models.py
+The adapter is minillm.testing.adapters.transformers (`hf_engine`, docs/TESTING.md):
+transformers computes the logits, the kit only compares them. Models are the random-init ones of test_transformers_models.py
 (every parameter randomised), in float64 so that tolerances can be tight; what was found is
 written down in docs/TESTING.md.
 """
@@ -19,48 +20,13 @@ from minillm.sampling import SamplingConfig  # noqa: E402
 from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,
                              check_cache_equivalence, check_draws, check_sampler,
                              check_speculative_distribution, exact_sequence_distribution)
+from minillm.testing.adapters.transformers import HFCache, hf_engine  # noqa: E402
 from minillm.testing.strategies import sampling_knobs  # noqa: E402
 from tests.peers.test_transformers_models import _float64_internals, hf_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 NAMES = ["gpt2-h8-tied-gelu", "llama-gqa4:2-h16-tied", "qwen2-bias-gqa6:2-h8-untied"]
 ATOL = 1e-10  # float64; cached and uncached differ only in the order of sums
-
-
-class HFCache:
-    """A DynamicCache, the padding its rows were given at prefill, and truncate(length)."""
-
-    def __init__(self, config):
-        self.past, self.pad = transformers.DynamicCache(config=config), None
-
-    def truncate(self, length):
-        # crop takes how many tokens to remove, as a negative count (transformers >= 5.24);
-        # crop(n) with the length to keep raises for n > 0 and keeps everything for n = 0.
-        self.past.crop(length - self.past.get_seq_length())
-
-
-def hf_engine(model) -> Engine:
-    """A transformers causal LM as a minillm.testing engine. Padding becomes an attention mask
-    (0 over each row's first pad[r] columns) and position ids that start after it."""
-    def forward(tokens, cache=None, pad=None):
-        B, T = tokens.shape
-        start = 0 if cache is None else cache.past.get_seq_length()
-        if cache is not None:
-            cache.pad = pad if pad is not None else cache.pad  # given at prefill, kept
-            pad = cache.pad
-        pad = np.zeros(B, dtype=np.int64) if pad is None else np.asarray(pad)
-        columns = np.arange(start + T)
-        mask = columns[None, :] >= pad[:, None]  # (B, start + T): False on the padding
-        positions = np.maximum(columns[None, start:] - pad[:, None], 0)
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask).long(),
-                        position_ids=torch.tensor(positions),
-                        cache=None if cache is None else cache.past,
-                        use_cache=cache is not None)
-        return out.logits.numpy()
-
-    return Engine(model.config.vocab_size, model.config.max_position_embeddings, forward,
-                  new_cache=lambda batch_size: HFCache(model.config))
 
 
 def float64_model(name, vocab_size=97, seed=0):
@@ -78,6 +44,13 @@ def test_dynamic_cache_chunks_and_crop_equal_the_uncached_pass(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_left_padded_batches_equal_each_row_alone(name):
     check_batch_equivalence(hf_engine(float64_model(name)), atol=ATOL, max_examples=15)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_cache_chunks_crop_and_batches_equal_the_uncached_pass(name):
+    engine = hf_engine(float64_model(name), cache="static", max_cache_len=32)
+    check_cache_equivalence(engine, atol=ATOL, max_examples=10)
+    check_batch_equivalence(engine, atol=ATOL, max_examples=10)
 
 
 def hf_probs(z, knobs: SamplingConfig):
@@ -143,6 +116,7 @@ class NaiveCrop(HFCache):
 
     def truncate(self, length):
         self.past.crop(length)
+        self.length = length
 
 
 def test_crop_given_the_length_to_keep_is_caught():
@@ -151,7 +125,8 @@ def test_crop_given_the_length_to_keep_is_caught():
     model = float64_model("llama-gqa4:2-h16-tied")
     engine = hf_engine(model)
     naive = Engine(engine.vocab_size, engine.context_length, engine.forward,
-                   new_cache=lambda batch_size: NaiveCrop(model.config))
+                   new_cache=lambda batch_size: NaiveCrop(transformers.DynamicCache(
+                       config=model.config)))
     assert_rollback_matches(engine, [[1, 2]], 0, [[3]], atol=ATOL)
     with pytest.raises(AssertionError, match=r"after truncate\(0\)"):
         assert_rollback_matches(naive, [[1, 2]], 0, [[3]], atol=ATOL)
