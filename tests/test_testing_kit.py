@@ -706,3 +706,21 @@ def test_a_failure_counts_its_cases_and_its_last_line_replays_it(bug):
 def test_printed_reports_name_the_worst_comparison():
     report = check_cache_equivalence(MODERN, atol=ATOL, **SMALL)
     assert f"worst: {report.worst}" in str(report) and "tokens" in report.worst
+
+
+def test_adapters_import_their_peer_only_when_used_and_say_how_to_install_it(monkeypatch):
+    code = ("import sys, minillm.testing.adapters.llama_cpp, "
+            "minillm.testing.adapters.transformers, minillm.testing.adapters.openai, "
+            "minillm.testing.api; print([m for m in ('llama_cpp', 'torch', 'transformers', "
+            "'openai') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=pathlib.Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "[]"
+    from minillm.testing.adapters import llama_cpp, transformers
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError,
+                       match="needs the `llama_cpp` package .*pip install llama-cpp-python"):
+        llama_cpp.LlamaContext("model.gguf")
+    with pytest.raises(ImportError, match=r"needs the `torch` package: pip install"):
+        transformers.hf_engine(object())
