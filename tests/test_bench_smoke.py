@@ -112,3 +112,21 @@ def test_serving_study_prints_its_tables_on_the_shipped_model(capsys):
     assert printed.count("| paged: ") == 3 and printed.count("contiguous caches of the whole") == 3
     table1 = printed.split("### 1.")[1].split("###")[0]
     assert table1.count("\n| ") == 12  # the header and 11 rows
+
+
+@pytest.mark.slow  # seven fresh processes: 5 s here
+def test_first_prefill_study_prints_its_tables_on_the_shipped_model(capsys):
+    """The first-prefill study on the shipped model, minillm alone (transformers is a peer):
+    fresh processes, the first read against the later ones, and the profile's pieces."""
+    from bench.studies.first_prefill import PIECES, main as first_prefill
+
+    assert first_prefill(["--model_path", "weights/target.npz", "--tokens", "16",
+                          "--rounds", "1", "--calls", "2", "--contenders", "minillm",
+                          "--profile", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "| minillm | " in printed and printed.count("x (") >= 2  # the ratio and its round
+    assert "modules the first read imported: " in printed
+    assert printed.count("### Profile of minillm's") == 2
+    for piece in ["nothing", *PIECES]:
+        assert f"| {piece} | " in printed
+    assert "transformers ÷ minillm" not in printed  # asked for minillm alone

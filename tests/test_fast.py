@@ -20,6 +20,7 @@ import minillm
 from minillm.generate import Step, next_tokens
 from minillm.fast import model as fast
 from minillm.drafters import first_layers
+from minillm.quantize import QuantizedWeight, quantize_param
 from minillm.sampling import SamplingConfig
 from minillm.testing import assert_batch_matches, assert_rollback_matches
 from minillm.testing.strategies import (logits, model_configs, ragged_batches, rollback_cases,
@@ -309,3 +310,56 @@ def test_the_fast_path_keeps_freed_memory_for_the_next_temporary():
     # Without it each fresh mapping faults at least once (the kernel may map more than 4 KiB
     # a fault); with it, not one temporary in ten does.
     assert faults["fast"] < 10 <= faults["reference"], faults
+
+
+def huge_page_advice() -> bool:
+    """Whether NumPy asks for transparent huge pages for its large new arrays now."""
+    advise = np._core.multiarray._set_madvise_hugepage
+    state = advise(True)
+    advise(state)
+    return state
+
+
+def test_ordinary_pages_turns_the_huge_page_advice_off_and_gives_it_back():
+    """Inside fast.ordinary_pages NumPy does not ask the system for transparent huge pages;
+    its setting is as before once the block is left, after an error too."""
+    original = huge_page_advice()
+    try:
+        for before in (True, False):
+            np._core.multiarray._set_madvise_hugepage(before)
+            with fast.ordinary_pages():
+                assert huge_page_advice() is False
+            assert huge_page_advice() == before
+            with pytest.raises(KeyError), fast.ordinary_pages():
+                raise KeyError("an error inside")
+            assert huge_page_advice() == before
+    finally:
+        np._core.multiarray._set_madvise_hugepage(original)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_only_a_product_with_a_large_output_is_made_in_ordinary_pages(monkeypatch, int8):
+    """A product whose output reaches NumPy's huge-page threshold (the logits of every
+    position, a long chunk's MLP activations) runs in fast.ordinary_pages; a smaller one (a
+    decoding step's) leaves NumPy's setting alone; the values are x @ W.T either way."""
+    entered = []
+    real = fast.ordinary_pages
+
+    def noted():
+        entered.append(True)
+        return real()
+
+    monkeypatch.setattr(fast, "ordinary_pages", noted)
+    monkeypatch.setattr(fast, "HUGE_PAGE_ADVICE", 64 * 48 * 4)  # a (64, 48) float32 output
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((48, 20)).astype(np.float32)
+    name = "layers.0.mlp.up.weight"
+    weight = fast.prepare({name: quantize_param(name, w) if int8 else w}, False)[name]
+    for rows, large in ((63, False), (64, True), (1, False)):
+        x = rng.standard_normal((1, rows, 20)).astype(np.float32)
+        entered.clear()
+        y = weight.matmul(x)
+        assert entered == ([True] if large else []), rows
+        expected = (QuantizedWeight(weight.q, weight.scale, weight.bits).matmul(x) if int8
+                    else x @ w.T)
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)

@@ -5,7 +5,8 @@ product is `s_r (Q_r . x)`. This module changes *how* those products run, never 
 compute: memory layouts chosen per matrix, big products cut into blocks that BLAS handles
 better, a few rows by a large matrix as one matrix-vector product each, a second copy of a
 tied output layer in the other layout, int8 widened a block at a time into a reused buffer,
-and the C library's malloc told to keep freed memory for the next temporaries.
+the C library's malloc told to keep freed memory for the next temporaries, and large
+products written to the system's ordinary pages.
 
 `accelerate(model)` returns a `FastModel`: the same configuration and tokenizer, its parameters
 replaced by the objects below (each with `matmul(x) -> x @ W.T`, the protocol `layers.linear`
@@ -17,6 +18,7 @@ measurements behind every device (`python -m bench.studies.few_rows`, ...).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 
@@ -58,6 +60,15 @@ BLOCK_BYTES = 1024 * 1024
 MMAP_THRESHOLD = 32 * 2 ** 20  # the highest glibc's own rule ever moves it to
 TRIM_THRESHOLD = 64 * 2 ** 20  # twice that, as glibc's rule keeps it
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
+# NumPy asks Linux to back each new array of HUGE_PAGE_ADVICE bytes or more with transparent
+# huge pages (madvise). With the kernel's default defrag setting ("madvise") the first touch of
+# such memory then waits while the kernel compacts memory into 2 MiB pages: SmolLM2's first
+# forward(ids, cache) over 128 tokens took 1.15x its later ones, faulting in its 25 MB of
+# logits, which later passes find in freed memory kept. A product's large output (the logits
+# of every position, a long chunk's MLP activations) is made without that advice
+# (`output_pages`); the KV cache keeps it, as it is read at every step, where huge pages save
+# the processor's page-table walks (docs/PERFORMANCE.md, "The first prefill of a process").
+HUGE_PAGE_ADVICE = 4 * 2 ** 20  # NumPy's threshold (numpy/_core/src/multiarray/alloc.c)
 
 
 def accelerate(model: Model, own: bool = False) -> "FastModel":
@@ -92,6 +103,33 @@ def keep_freed_memory() -> bool:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+@contextlib.contextmanager
+def ordinary_pages():
+    """While the block runs, NumPy makes its new arrays without asking the system for
+    transparent huge pages (its advice for arrays of 4 MiB or more), so that their first touch
+    costs ordinary page faults, not a wait for the kernel to compact memory into 2 MiB pages;
+    NumPy's setting is restored after. The setting is the process's: another thread's arrays
+    made meanwhile are in ordinary pages too. Only where arrays live changes, never a value;
+    with a NumPy that has no such setting, nothing changes."""
+    advise = getattr(np._core.multiarray, "_set_madvise_hugepage", None)
+    if advise is None:
+        yield
+        return
+    before = advise(False)
+    try:
+        yield
+    finally:
+        advise(before)
+
+
+def output_pages(rows: int, columns: int, dtype):
+    """`ordinary_pages()` for a product's (rows, columns) output of `dtype` large enough for
+    NumPy's huge-page advice; else a block that changes nothing."""
+    if rows * columns * np.dtype(dtype).itemsize < HUGE_PAGE_ADVICE:
+        return contextlib.nullcontext()
+    return ordinary_pages()
 
 
 def reference(model: Model) -> Model:
@@ -197,14 +235,15 @@ class Dense:
             return x @ w.T
         # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B products.
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        if len(rows) <= ROW_BY_ROW and self.w.size >= LARGE_MATRIX:
-            y = row_by_row(rows, self.w if self.columns is None else self.columns)
-        elif not self.w.flags.f_contiguous:
-            y = row_major_product(rows, self.w)
-        elif len(rows) <= FEW_ROWS and rows.size * self.w.shape[0] > SMALL_PRODUCT:
-            y = column_major_blocks(rows, self.w)
-        else:
-            y = rows @ self.w.T  # W.T is row-major
+        with output_pages(len(rows), self.w.shape[0], np.result_type(rows, self.w)):
+            if len(rows) <= ROW_BY_ROW and self.w.size >= LARGE_MATRIX:
+                y = row_by_row(rows, self.w if self.columns is None else self.columns)
+            elif not self.w.flags.f_contiguous:
+                y = row_major_product(rows, self.w)
+            elif len(rows) <= FEW_ROWS and rows.size * self.w.shape[0] > SMALL_PRODUCT:
+                y = column_major_blocks(rows, self.w)
+            else:
+                y = rows @ self.w.T  # W.T is row-major
         return y.reshape(x.shape[:-1] + (self.w.shape[0],))
 
 
@@ -265,7 +304,8 @@ class Int8(QuantizedWeight):
         q, scale = self.q, self.scale
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         dtype = np.result_type(x.dtype, np.float32)
-        y_t = np.empty((q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
+        with output_pages(rows.shape[0], q.shape[0], dtype):
+            y_t = np.empty((q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
         block = max(1, BLOCK_BYTES // (dtype.itemsize * q.shape[1]))
         buffer = np.empty((min(block, q.shape[0]), q.shape[1]), dtype)
         blocked_matmul(rows, q, scale, y_t, buffer)
