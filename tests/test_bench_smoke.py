@@ -112,3 +112,31 @@ def test_serving_study_prints_its_tables_on_the_shipped_model(capsys):
     assert printed.count("| paged: ") == 3 and printed.count("contiguous caches of the whole") == 3
     table1 = printed.split("### 1.")[1].split("###")[0]
     assert table1.count("\n| ") == 12  # the header and 11 rows
+
+
+def test_serve_load_study_drives_minillm_serve_alone(capsys):
+    """The load study against `minillm serve` alone (no llama.cpp) on the shipped model at a
+    tiny budget: its table, every request served, the usage counts equal to the tokens
+    streamed, and no request or block left in the engine after each level."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from bench.studies.serve_load import main as serve_load
+    from minillm.cli.common import DEFAULT_MODEL
+
+    assert serve_load(["--only", "minillm", "--model_path", str(DEFAULT_MODEL),
+                       "--levels", "1", "3", "--requests", "4", "--max_tokens", "4",
+                       "--prompt", "4", "12"]) == 0
+    printed = capsys.readouterr().out
+    assert "command: `python -m bench.studies.serve_load --only minillm" in printed
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")
+            and " | minillm | " in line]
+    assert [(r[0], r[2]) for r in rows] == [("| 1", "4"), ("| 3", "6")]  # at least 2 per client
+    for r in rows:
+        failed, length, usage_differs = r[-3:]
+        assert failed == "0" and usage_differs == "0 |"
+        assert int(length) <= int(r[2])
+    assert "Ratios" not in printed  # one server: no ratio table
+    # The warm-up and the 4 requests of level 1, then 6 more: all finished, nothing held.
+    for level, finished in ((1, 5), (3, 11)):
+        assert (f"{level} clients: 0 running, 0 waiting, 0 blocks in use, {finished} finished, "
+                "0 aborted, 0 errors") in printed
