@@ -125,7 +125,7 @@ def test_serve_load_study_drives_minillm_serve_alone(capsys):
 
     assert serve_load(["--only", "minillm", "--model_path", str(DEFAULT_MODEL),
                        "--levels", "1", "3", "--requests", "2", "--max_tokens", "4",
-                       "--prompt", "4", "12"]) == 0
+                       "--prompt", "20", "40"]) == 0
     printed = capsys.readouterr().out
     assert "command: `python -m bench.studies.serve_load --only minillm" in printed
     rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")
@@ -136,7 +136,8 @@ def test_serve_load_study_drives_minillm_serve_alone(capsys):
         assert failed == "0" and usage_differs == "0 |"
         assert int(length) <= int(r[2])
     assert "Ratios" not in printed  # one server: no ratio table
-    # The warm-up and the 2 requests of level 1, then 3 more: all finished, nothing held.
+    # The warm-up and the 2 requests of level 1, then 3 more: all finished, nothing held, and
+    # every prompt new (none read from the prefix cache: each level has prompts of its own).
     for level, finished in ((1, 3), (3, 6)):
         assert (f"{level} clients: 0 running, 0 waiting, 0 blocks in use, {finished} finished, "
-                "0 aborted, 0 errors") in printed
+                "0 aborted, 0 errors, 0 preemptions, 0 prompt tokens reused") in printed

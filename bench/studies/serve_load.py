@@ -18,7 +18,8 @@ At each level N (--levels), N client threads (http.client, the standard library)
 queue of R = max(--requests, N) requests: each sends its next streaming `/v1/completions`
 request as soon as the last one ended. The prompts are a fixed set (--seed) cut from the
 held-out text at drawn lengths (--prompt, in the model's tokens, cut to its context), the same
-R texts for both servers; greedy (temperature 0, llama.cpp's repeat_penalty 1 so that no
+R texts for both servers, new ones at each level and round (a prompt seen before would be
+read from minillm's prefix cache: /debug/stats' prompt tokens reused tells that none was); greedy (temperature 0, llama.cpp's repeat_penalty 1 so that no
 penalty is applied), --max_tokens new tokens at most.
 
 Measured per level and server: requests/s and new tokens/s (over the time from the first
@@ -75,19 +76,20 @@ def tokenizer_and_context(npz):
 
 
 def prompts(npz, n: int, lengths: tuple, max_tokens: int, seed: int):
-    """n texts cut from the held-out text at drawn places, of drawn lengths in tokens (uniform
-    in `lengths`, cut so that a prompt and max_tokens fit the context, with 8 tokens to spare
-    for a text that encodes a little longer than the ids it was decoded from); and a note when
-    the lengths were cut."""
+    """n texts cut from the held-out text at drawn places, each its own (no two start at the
+    same token, so that no prompt finds another's blocks in minillm's prefix cache), of drawn
+    lengths in tokens (uniform in `lengths`, cut so that a prompt and max_tokens fit the
+    context, with 8 tokens to spare for a text that encodes a little longer than the ids it was
+    decoded from); and a note when the lengths were cut."""
     tokenizer, context = tokenizer_and_context(npz)
     hi = min(lengths[1], context - max_tokens - 8)
     lo = min(lengths[0], hi)
     note = "" if (lo, hi) == tuple(lengths) else (f"prompt lengths cut to {lo}-{hi} tokens "
                                                   f"(context {context})")
-    ids = list(tokenizer.encode(TEXT.read_text(encoding="utf-8")[:40 * hi + 4000]))
+    ids = list(tokenizer.encode(TEXT.read_text(encoding="utf-8")))
     rng = np.random.default_rng(seed)
     sizes = rng.integers(lo, hi + 1, n)
-    starts = rng.integers(0, len(ids) - hi, n)
+    starts = rng.choice(len(ids) - hi, n, replace=False)
     return [tokenizer.decode(ids[s:s + k]) for s, k in zip(starts, sizes)], (lo, hi), note
 
 
@@ -327,7 +329,7 @@ def engine_state(server: Server) -> str:
     s = get(server.port, "/debug/stats")
     return (f"{s['running']} running, {s['waiting']} waiting, {s['blocks_in_use']} blocks in "
             f"use, {s['finished']} finished, {s['aborted']} aborted, {s['errors']} errors, "
-            f"{s['preemptions']} preemptions")
+            f"{s['preemptions']} preemptions, {s['prompt_tokens_reused']} prompt tokens reused")
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -367,8 +369,10 @@ def main(argv=None) -> int:
             p.error(f"--gguf: no such file: {args.gguf}")
 
     counts = {n: max(args.requests, n) for n in args.levels}
-    texts, (lo, hi), note = prompts(args.model, max(counts.values()), tuple(args.prompt),
+    total = args.rounds * sum(counts.values())
+    texts, (lo, hi), note = prompts(args.model, 1 + total, tuple(args.prompt),
                                     args.max_tokens, args.seed)
+    warm_up, texts = texts[0], iter(texts[1:])  # each level and round takes the next ones
     load_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"command: `{' '.join(['python -m bench.studies.serve_load'] + argv)}`")
     print(f"minillm: {args.model}; llama.cpp: {args.gguf or 'not run'}; {args.threads} "
@@ -384,14 +388,14 @@ def main(argv=None) -> int:
         try:
             for name in names:  # one after the other: two loads at once would slow both
                 servers[name] = launch(name, args, args.threads, Path(logs))
-                send(servers[name], body(servers[name], texts[0], 4), 300)  # a warm-up
+                send(servers[name], body(servers[name], warm_up, 4), 300)
             for round_ in range(args.rounds):
                 for level, n in enumerate(args.levels):  # who goes first alternates
                     order = names if (round_ + level) % 2 == 0 else names[::-1]
-                    texts_n = {}
+                    texts_n, level_texts = {}, [next(texts) for _ in range(counts[n])]
                     for name in order:
                         cpu = cpu_seconds(servers[name])
-                        results, seconds = drive(servers[name], texts[:counts[n]], n,
+                        results, seconds = drive(servers[name], level_texts, n,
                                                  args.max_tokens)
                         cpu = cpu_seconds(servers[name]) - cpu
                         runs[(name, n)].append(figures(results, seconds, cpu, args.max_tokens))
