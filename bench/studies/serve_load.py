@@ -308,6 +308,8 @@ def tables(levels, runs, stats, agree, counts, only) -> str:
             lines.append(f"| {n} | {name} | {counts[n]} | " + " | ".join(
                 f"{median(rs, k):.3g}" for k in head) + f" | {sum(r['failed'] for r in rs)} | "
                 f"{rs[0]['ended for length']} | {'' if usage is None else usage} |")
+    lines += ["", "Each figure the median over the rounds; failed: all rounds; ended for length "
+              "and usage ≠ counted (minillm's usage against the tokens streamed): the first."]
     if len(names) == 2:
         lines += ["", "Ratios, minillm ÷ llama.cpp (time to first token: llama.cpp ÷ minillm; "
                   "above 1, minillm is better):", "",
