@@ -130,3 +130,32 @@ def test_first_prefill_study_prints_its_tables_on_the_shipped_model(capsys):
     for piece in ["nothing", *PIECES]:
         assert f"| {piece} | " in printed
     assert "transformers ÷ minillm" not in printed  # asked for minillm alone
+
+
+def test_serve_load_study_drives_minillm_serve_alone(capsys):
+    """The load study against `minillm serve` alone (no llama.cpp) on the shipped model at a
+    tiny budget: its table, every request served, the usage counts equal to the tokens
+    streamed, and no request or block left in the engine after each level."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from bench.studies.serve_load import main as serve_load
+    from minillm.cli.common import DEFAULT_MODEL
+
+    assert serve_load(["--only", "minillm", "--model_path", str(DEFAULT_MODEL),
+                       "--levels", "1", "3", "--requests", "2", "--max_tokens", "4",
+                       "--prompt", "20", "40"]) == 0
+    printed = capsys.readouterr().out
+    assert "command: `python -m bench.studies.serve_load --only minillm" in printed
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")
+            and " | minillm | " in line]
+    assert [(r[0], r[2]) for r in rows] == [("| 1", "2"), ("| 3", "3")]  # one per client at least
+    for r in rows:
+        failed, length, usage_differs = r[-3:]
+        assert failed == "0" and usage_differs == "0 |"
+        assert int(length) <= int(r[2])
+    assert "Ratios" not in printed  # one server: no ratio table
+    # The warm-up and the 2 requests of level 1, then 3 more: all finished, nothing held, and
+    # every prompt new (none read from the prefix cache: each level has prompts of its own).
+    for level, finished in ((1, 3), (3, 6)):
+        assert (f"{level} clients: 0 running, 0 waiting, 0 blocks in use, {finished} finished, "
+                "0 aborted, 0 errors, 0 preemptions, 0 prompt tokens reused") in printed
