@@ -652,6 +652,23 @@ def test_a_budget_that_never_feeds_a_long_chunk_to_a_filled_cache_is_warned_of()
         check_cache_equivalence(MODERN, atol=ATOL, max_length=12, max_examples=25)
 
 
+def test_a_call_size_dependent_engine_is_caught_by_the_long_chunk_the_draws_missed():
+    """An engine off only where a call of LONG_CHUNK or more tokens meets a filled cache (as
+    llama.cpp on Qwen2.5): a budget too small to draw that case still runs one, and fails it
+    with a replay line that fails the same way."""
+    def call_sized(tokens, cache=None, pad=None):
+        logits = MODERN.forward(tokens, cache, pad)
+        filled = cache is not None and cache.length > tokens.shape[1]  # after this call's own
+        return logits + 0.5 if filled and tokens.shape[1] >= 4 else logits
+
+    engine = Engine(MODERN.vocab_size, MODERN.context_length, call_sized, MODERN.new_cache)
+    with pytest.raises(AssertionError, match="run because none of them fed a long chunk") as e:
+        check_cache_equivalence(engine, atol=ATOL, max_batch=1, max_length=8, max_examples=3)
+    replay = str(e.value).split("replay: ")[1]
+    with pytest.raises(AssertionError, match="logits differ"):
+        eval(replay, {"minillm": minillm, "engine": engine, "Tolerance": Tolerance})
+
+
 def test_calibration_measures_one_token_noise_and_suggests_a_bound_above_it():
     calibration = calibrate(noisy_one_token_steps(MODERN))
     assert calibration.one_token > 1e-4 and calibration.call_sizes[1] == calibration.one_token

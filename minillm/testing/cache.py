@@ -29,7 +29,8 @@ import numpy as np
 
 from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
 from .compare import tolerance_of
-from .engine import assert_deterministic, can_truncate, logits_of, open_cache, require_cache
+from .engine import (EngineError, assert_deterministic, can_truncate, logits_of, open_cache,
+                     require_cache)
 from .settings import SHRINK_SECONDS, as_list, run_property
 from .strategies import chunk_cases, rollback_cases
 
@@ -52,6 +53,31 @@ def warn_if_short(cases: int) -> None:
             f"{LONG_CHUNK} or more tokens to a cache that held text: raise max_examples or "
             "max_length (8 or more), or check such a chunk with assert_chunks_match"),
             stacklevel=3)
+
+
+def long_chunk(engine, batch: int, length: int, tol: Tolerance) -> list[Report]:
+    """The case a small derandomized budget rarely reaches, run when the drawn cases missed
+    it: seeded uniform ids over the whole vocabulary read in two calls, the second of at least
+    LONG_CHUNK tokens (length // 2 or more) into the filled cache. Nothing when texts are too
+    short for it (warn_if_short then says so)."""
+    if length <= LONG_CHUNK:
+        return []
+    tokens = np.random.default_rng(0).integers(0, engine.vocab_size, (batch, length))
+    cuts = [length - max(LONG_CHUNK, length // 2)]
+    try:
+        return [compare_chunks(engine, tokens, cuts, tol)[1]]
+    except (AssertionError, EngineError) as error:
+        failure = error
+    replay = (f"minillm.testing.assert_chunks_match(engine, {as_list(tokens)}, {cuts}, "
+              f"tolerance={tol!r})")
+    try:  # run again, as the drawn cases are: an engine that answers two ways is named
+        compare_chunks(engine, tokens, cuts, tol)
+    except (AssertionError, EngineError):
+        raise AssertionError(f"{failure} [check_cache_equivalence: the drawn cases passed; "
+                             f"this one, run because none of them fed a long chunk to a "
+                             f"filled cache, failed]\nreplay: {replay}") from failure
+    raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
+                         f"run again; the first failure: {failure}\nreplay: {replay}")
 
 
 def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Report]:
@@ -156,8 +182,9 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
                             shrink_seconds: float = SHRINK_SECONDS) -> Report:
     """The properties of the module docstring on `max_examples` drawn cases each (Hypothesis,
     derandomized: the same cases on every run). Texts are at most min(max_length,
-    engine.context_length) tokens. Rollback is checked when the engine's caches have
-    truncate(length), against `reference`. Bounds: atol (and rtol), or a Tolerance; top1 is a
+    engine.context_length) tokens; when none of them fed a chunk of LONG_CHUNK or more tokens
+    to a filled cache, one seeded case that does is run after them. Rollback is checked when
+    the engine's caches have truncate(length), against `reference`. Bounds: atol (and rtol), or a Tolerance; top1 is a
     rate over all positions compared. First, the engine must be deterministic
     (engine.assert_deterministic). Returns a Report of everything compared; raises
     AssertionError with the smallest failing case Hypothesis finds in shrink_seconds."""
@@ -172,6 +199,8 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
                  max_examples, shrink_seconds, "check_cache_equivalence",
                  lambda case: f"minillm.testing.assert_chunks_match(engine, {as_list(case[0])}, "
                               f"{list(case[1])}, tolerance={per_case(tol)!r})")
+    if not REACHED:  # the drawn cases missed the case that finds call-size differences
+        reports += long_chunk(engine, min(2, max_batch), length, per_case(tol))
     if rolls_back(engine) and length >= 2:
         reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
                                       max_batch=max_batch, max_length=max_length,
