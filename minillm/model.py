@@ -172,8 +172,7 @@ class Model:
     # -- the pieces of forward -------------------------------------------------------------
 
     def _grow_rope(self, end: int) -> None:
-        """Extend the RoPE tables to positions < end, doubling up to the context length: their
-        memory follows the text, not the context length (which may be far longer)."""
+        """Extend the RoPE tables to positions < end, doubling up to the context length."""
         cfg = self.config
         for (theta, scaled), (cos, _) in self._rope.items():
             if len(cos) < end:
@@ -203,7 +202,8 @@ class Model:
         first, mask = seen  # a local layer reads only the keys of its window
         scale = cfg.attention_multiplier if cfg.query_pre_attn_scalar is None else \
             cfg.query_pre_attn_scalar ** -0.5
-        out = self.attend(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
+        attend = cache.attend if getattr(cache, "packed", False) else self.attend
+        out = attend(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 

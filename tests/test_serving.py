@@ -102,7 +102,7 @@ def test_a_packed_pass_equals_each_request_alone(data, config):
         counts = np.array([data.draw(st.integers(1, max(1, (W - n) // 2)), label="n")
                            for n in length])
         chunks = [texts[r][length[r]:length[r] + counts[r]] for r in range(R)]
-        batch = PackedBatch(pool, tables, length.copy(), counts)
+        batch = PackedBatch(pool, tables, length.copy(), counts, run.attend)
         packed = run.forward(np.concatenate(chunks)[None], batch)[0]  # (T, V)
         ends = np.cumsum(counts)
         for r, cache in enumerate(caches):

@@ -96,8 +96,7 @@ def _tiles(q, k, v, mask, out, ones: bool) -> None:
         qb = q[..., t0:t1, :].reshape(*lead, group * n, d)
         visible = None if mask is None else mask[..., t0:t1, :seen]
         first = seen if visible is None else _first_hidden(visible)
-        lo = 0 if visible is None else _first_seen(visible)  # keys before: hidden from all
-        blocks = [(j0, min(j0 + step, seen)) for j0 in range(lo, seen, step)]
+        blocks = [(j0, min(j0 + step, seen)) for j0 in range(0, seen, step)]
         scores = functools.partial(_block_scores, qb, k, visible, first, group)
         acc = _softmax_sums(scores, blocks, v, ones)  # (..., group n, d + 1): [a, l]
         out[..., t0:t1, :] = (acc[..., :d] / acc[..., d:]).reshape(*lead, group, n, d)
@@ -108,13 +107,6 @@ def _first_hidden(visible) -> int:
     the keys before it need no mask (with nothing padded, the causal diagonal's first)."""
     hidden = ~visible.all(axis=-2).reshape(-1, visible.shape[-1]).all(axis=0)  # (J,)
     return int(np.argmax(hidden)) if hidden.any() else visible.shape[-1]
-
-
-def _first_seen(visible) -> int:
-    """The first key (column of visible (..., n, J)) that some query sees: before it the keys
-    are hidden from every query (other texts end to end in a packed row, serving.blocks), and
-    their weights would be exactly 0."""
-    return int(np.argmax(visible.any(axis=-2).reshape(-1, visible.shape[-1]).any(axis=0)))
 
 
 def _block_scores(qb, k, visible, first: int, group: int, j0: int, j1: int):

@@ -150,14 +150,16 @@ class PackedBatch:
             iff r_i = r_j and p_j <= p_i            (and p_i - p_j < W in a local layer)
 
     The keys are every request's blocks end to end, in request order, gathered at once; the
-    positions past a request's end that its last block holds are hidden by the same rule. The
+    positions past a request's end that its last block holds are hidden by the same rule, and
+    attention runs a request at a time (`attend`), so no score is spent on another's keys. The
     Model's cache protocol, plus `packed`: the model then takes the positions and the mask from
-    here (positions_and_mask, sliding_window)."""
+    here (positions_and_mask, sliding_window), and attention from `attend`."""
 
     pool: BlockPool
     tables: list  # per request, its block ids (holding blocks for the new positions)
     length: np.ndarray  # (R,) positions computed per request
     counts: np.ndarray  # (R,) new tokens per request, laid end to end in this order
+    inner: object = None  # the model's attention, which `attend` runs a request at a time
     pad: None = None
     packed: bool = True
 
@@ -165,6 +167,8 @@ class PackedBatch:
         bs, R = self.pool.block_size, len(self.tables)
         ends = self.length + self.counts
         held = blocks_for(ends, bs) * bs  # (R,) positions of the blocks each request reads
+        self.spans = list(zip(np.cumsum(self.counts) - self.counts, np.cumsum(self.counts),
+                              np.cumsum(held) - held, np.cumsum(held)))  # its queries, keys
         self.blocks = np.concatenate([table[:n // bs] for table, n in zip(self.tables, held)])
         self.query = (np.repeat(np.arange(R), self.counts),  # (T,) request and position
                       np.concatenate([np.arange(s, e) for s, e in zip(self.length, ends)]))
@@ -199,6 +203,16 @@ class PackedBatch:
         self.pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v[0].transpose(1, 0, 2))
         return (gather(self.pool.k[layer, self.blocks][None]),
                 gather(self.pool.v[layer, self.blocks][None]))
+
+    def attend(self, q, k, v, mask, scale=None):
+        """Attention a request at a time: its queries (1, H, n_r, d) against its own keys and
+        values (1, K, S_r, d), its part of the mask; the other requests' keys, which the mask
+        hides, would weigh exactly 0. Returns (1, H, T, d)."""
+        out = np.empty(q.shape, np.result_type(q, v))
+        for a, b, c, e in self.spans:
+            out[:, :, a:b] = self.inner(q[:, :, a:b], k[:, :, c:e], v[:, :, c:e],
+                                        mask[a:b, c:e], scale)
+        return out
 
     def advance(self, n: int) -> None:
         """Every request's new tokens are computed (n = T, all of them)."""

@@ -175,7 +175,7 @@ class Engine:
             batch = PagedBatch(self.pool, tables, starts)
             logits = self.model.forward(np.array(texts), batch, last=1)[:, -1]  # (R, V)
         else:  # the logits of each request's last new token in the row
-            batch = PackedBatch(self.pool, tables, starts, counts)
+            batch = PackedBatch(self.pool, tables, starts, counts, self.model.attend)
             logits = self.model.forward(np.concatenate(texts)[None], batch,
                                         last=np.cumsum(counts) - 1)[0]  # (R, V)
         for request, n in chunks:
