@@ -159,7 +159,7 @@ class PackedBatch:
     tables: list  # per request, its block ids (holding blocks for the new positions)
     length: np.ndarray  # (R,) positions computed per request
     counts: np.ndarray  # (R,) new tokens per request, laid end to end in this order
-    inner: object = None  # the model's attention, which `attend` runs a request at a time
+    inner: object  # the model's attention (Model.attend), which `attend` runs per request
     pad: None = None
     packed: bool = True
 
