@@ -36,30 +36,35 @@ from .strategies import chunk_cases, rollback_cases
 
 REFERENCES = ("uncached", "chunks")
 LONG_CHUNK = 4  # an engine whose kernels change with the call's size differs from here on
-REACHED = []  # [True] once a case of the current check fed a long chunk to a filled cache
 
 
 class BudgetWarning(UserWarning):
     """A check's budget was too small to reach a kind of case that finds differences."""
 
 
-def warn_if_short(cases: int) -> None:
-    """Warn when none of the check's cases fed a chunk of LONG_CHUNK or more tokens to a cache
-    that already held text: call-size-dependent engines (llama.cpp on some models, from 4 or
-    8 tokens a call) differ only there, so a pass says nothing about them."""
-    if not REACHED:
-        warnings.warn(BudgetWarning(
-            f"check_cache_equivalence: none of its {cases} cases fed a chunk of "
-            f"{LONG_CHUNK} or more tokens to a cache that held text: raise max_examples or "
-            "max_length (8 or more), or check such a chunk with assert_chunks_match"),
-            stacklevel=3)
+def feeds_long_chunk(tokens, cuts) -> bool:
+    """Whether a case feeds a chunk of LONG_CHUNK or more tokens to a cache that already holds
+    text: call-size-dependent engines (llama.cpp on some models, from 4 or 8 tokens a call)
+    differ only there."""
+    cuts = sorted(set(cuts) | {0, np.shape(tokens)[1]})
+    return any(a > 0 and b - a >= LONG_CHUNK for a, b in zip(cuts, cuts[1:]))
+
+
+def warn_short(cases: int) -> None:
+    """Warn that none of the check's cases fed a long chunk to a filled cache, and texts too
+    short for one: a pass says nothing about call-size-dependent engines."""
+    warnings.warn(BudgetWarning(
+        f"check_cache_equivalence: none of its {cases} cases fed a chunk of "
+        f"{LONG_CHUNK} or more tokens to a cache that held text: raise max_examples or "
+        "max_length (8 or more), or check such a chunk with assert_chunks_match"),
+        stacklevel=3)
 
 
 def long_chunk(engine, batch: int, length: int, tol: Tolerance) -> list[Report]:
     """The case a small derandomized budget rarely reaches, run when the drawn cases missed
     it: seeded uniform ids over the whole vocabulary read in two calls, the second of at least
     LONG_CHUNK tokens (length // 2 or more) into the filled cache. Nothing when texts are too
-    short for it (warn_if_short then says so)."""
+    short for it."""
     if length <= LONG_CHUNK:
         return []
     tokens = np.random.default_rng(0).integers(0, engine.vocab_size, (batch, length))
@@ -87,8 +92,6 @@ def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Re
     cuts = sorted(set(cuts) | {0, tokens.shape[1]})
     case = f"tokens {tokens.tolist()}, chunks cut at {cuts}"
     chunks, reports = [], []
-    if any(a > 0 and b - a >= LONG_CHUNK for a, b in zip(cuts, cuts[1:])):
-        REACHED[:] = [True]
     with open_cache(engine, len(tokens)) as cache:
         for a, b in zip(cuts, cuts[1:]):
             chunks.append(logits_of(engine, tokens[:, a:b], cache))
@@ -192,19 +195,23 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
     require_cache(engine)
     length = min(max_length, engine.context_length)
     repeat = assert_deterministic(engine, tol, min(2, max_batch))
-    reports = []
-    REACHED.clear()
-    run_property(chunk_cases(engine.vocab_size, max_batch, length),
-                 lambda case: reports.append(compare_chunks(engine, *case, per_case(tol))[1]),
+    reports, reached = [], []
+
+    def check(case):
+        reached.append(feeds_long_chunk(*case))
+        reports.append(compare_chunks(engine, *case, per_case(tol))[1])
+
+    run_property(chunk_cases(engine.vocab_size, max_batch, length), check,
                  max_examples, shrink_seconds, "check_cache_equivalence",
                  lambda case: f"minillm.testing.assert_chunks_match(engine, {as_list(case[0])}, "
                               f"{list(case[1])}, tolerance={per_case(tol)!r})")
-    if not REACHED:  # the drawn cases missed the case that finds call-size differences
+    if not any(reached):  # the drawn cases missed the case that finds call-size differences
         reports += long_chunk(engine, min(2, max_batch), length, per_case(tol))
+        if length <= LONG_CHUNK:
+            warn_short(max_examples)
     if rolls_back(engine) and length >= 2:
         reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
                                       max_batch=max_batch, max_length=max_length,
                                       max_examples=max_examples, shrink_seconds=shrink_seconds))
-    warn_if_short(max_examples)
     assert_top1(combine(reports), tol, "cache checks")
     return dataclasses.replace(combine(reports), repeat=repeat)
