@@ -71,6 +71,14 @@ def blocks_for(n: int, block_size: int) -> int:
     return -(-n // block_size)
 
 
+def write(pool: BlockPool, layer: int, blocks, offsets, k, v) -> None:
+    """The new keys and values k, v (B, K, T, d) into the pool at (blocks, offsets), (B, T)
+    each. They are copied whole into (B, T, K, d) first: a scattered write from a strided
+    source copies element by element, about 200 times slower."""
+    pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k.swapaxes(1, 2))
+    pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v.swapaxes(1, 2))
+
+
 def gather(blocks: np.ndarray) -> np.ndarray:
     """Each row's blocks (B, n, K, block_size, d) laid end to end: (B, K, n * block_size, d)."""
     B, n, K, bs, d = blocks.shape
@@ -110,9 +118,7 @@ class PagedBatch:
         if self.where is None:  # the same blocks for every layer: found once per pass
             self.where = self.blocks_of_new_positions(T)
         blocks, offsets, tables, end = self.where
-        # (B, T, K, d), copied whole first (PackedBatch.append says why)
-        self.pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
-        self.pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v.transpose(0, 2, 1, 3))
+        write(self.pool, layer, blocks, offsets, k, v)
         keys = gather(self.pool.k[layer, tables])[:, :, :end]  # (B, K, S, d)
         values = gather(self.pool.v[layer, tables])[:, :, :end]
         return keys, values
@@ -175,7 +181,7 @@ class PackedBatch:
         self.key = (np.repeat(np.arange(R), held),  # (S,) request and position of each key
                     np.concatenate([np.arange(n) for n in held]))
         new = np.repeat(np.cumsum(held) - held, self.counts) + self.query[1]  # (T,) among keys
-        self.new = self.blocks[new // bs], new % bs  # the new positions' blocks and offsets
+        self.new = self.blocks[new // bs][None], (new % bs)[None]  # (1, T) blocks, offsets
 
     def check_fits(self, shape, dtype) -> None:
         pool = self.pool.k
@@ -197,10 +203,7 @@ class PackedBatch:
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new keys and values k, v (1, K, T, d) in each request's blocks and return
         every request's blocks end to end, (1, K, S, d)."""
-        blocks, offsets = self.new  # (T, K, d) each, copied whole first: a scattered write
-        # from a strided source copies element by element, 200 times slower
-        self.pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k[0].transpose(1, 0, 2))
-        self.pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v[0].transpose(1, 0, 2))
+        write(self.pool, layer, *self.new, k, v)
         return (gather(self.pool.k[layer, self.blocks][None]),
                 gather(self.pool.v[layer, self.blocks][None]))
 
