@@ -30,6 +30,20 @@ SETTINGS = settings(derandomize=True, deadline=None, max_examples=30,
 
 # -- the paged KV cache ------------------------------------------------------------------------
 
+def texts_in_a_pool(data, model, most_rows: int):
+    """Drawn rows of whole-context texts, a block pool of a drawn block size, and a table per
+    row holding blocks for its whole text."""
+    cfg = model.config
+    V, W = cfg.vocab_size, cfg.context_length
+    bs = data.draw(st.integers(1, 5), label="block_size")
+    rows = data.draw(st.integers(1, most_rows), label="rows")
+    texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W))
+             for _ in range(rows)]
+    pool = BlockPool.empty(cfg.n_layers, rows * blocks_for(W, bs), cfg.n_kv_heads, bs,
+                           cfg.head_dim, model.dtype)
+    return texts, pool, [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in texts]
+
+
 @SETTINGS
 @given(data=st.data(), config=model_configs(context_length=24))
 def test_paged_logits_equal_the_contiguous_cache(data, config):
@@ -38,13 +52,8 @@ def test_paged_logits_equal_the_contiguous_cache(data, config):
     equal each row's own contiguous cache's."""
     model = minillm.random_model(config, seed=data.draw(st.integers(0, 99)), dtype="float64",
                                  std=0.5)
-    V, W = config.vocab_size, config.context_length
-    bs = data.draw(st.integers(1, 5), label="block_size")
-    B = data.draw(st.integers(1, 3), label="rows")
-    texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W)) for _ in range(B)]
-    pool = BlockPool.empty(config.n_layers, B * blocks_for(W, bs), config.n_kv_heads, bs,
-                           config.head_dim, model.dtype)
-    tables = [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in range(B)]
+    texts, pool, tables = texts_in_a_pool(data, model, most_rows=3)
+    V, W, B = config.vocab_size, config.context_length, len(texts)
     # Rows start at different points of their texts: a first read of each row alone.
     starts = data.draw(st.lists(st.integers(1, W // 2), min_size=B, max_size=B), label="starts")
     caches = []
@@ -89,13 +98,8 @@ def test_a_packed_pass_equals_each_request_alone(data, config):
                                  std=0.5)
     fast = data.draw(st.booleans(), label="fast")
     run = minillm.fast.accelerate(model) if fast else model
-    V, W = config.vocab_size, config.context_length
-    bs = data.draw(st.integers(1, 5), label="block_size")
-    R = data.draw(st.integers(1, 4), label="requests")
-    texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W)) for _ in range(R)]
-    pool = BlockPool.empty(config.n_layers, R * blocks_for(W, bs), config.n_kv_heads, bs,
-                           config.head_dim, model.dtype)
-    tables = [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in range(R)]
+    texts, pool, tables = texts_in_a_pool(data, model, most_rows=4)
+    W, R = config.context_length, len(texts)
     caches = [model.new_cache(1) for _ in range(R)]
     length = np.zeros(R, dtype=int)
     for _ in range(data.draw(st.integers(1, 2), label="passes")):
