@@ -124,12 +124,11 @@ def ordinary_pages():
         advise(before)
 
 
-def output_pages(rows: int, columns: int, dtype):
-    """`ordinary_pages()` for a product's (rows, columns) output of `dtype` large enough for
-    NumPy's huge-page advice; else a block that changes nothing."""
-    if rows * columns * np.dtype(dtype).itemsize < HUGE_PAGE_ADVICE:
-        return contextlib.nullcontext()
-    return ordinary_pages()
+def output_pages(nbytes: int):
+    """`ordinary_pages()` for a product's output of `nbytes` large enough for NumPy's huge-page
+    advice; else a block that changes nothing (the decoding step's products: a few integer
+    operations, no dtype resolved, as they run for every token)."""
+    return contextlib.nullcontext() if nbytes < HUGE_PAGE_ADVICE else ordinary_pages()
 
 
 def reference(model: Model) -> Model:
@@ -235,7 +234,7 @@ class Dense:
             return x @ w.T
         # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B products.
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        with output_pages(len(rows), self.w.shape[0], np.result_type(rows, self.w)):
+        with output_pages(len(rows) * self.w.shape[0] * rows.itemsize):
             if len(rows) <= ROW_BY_ROW and self.w.size >= LARGE_MATRIX:
                 y = row_by_row(rows, self.w if self.columns is None else self.columns)
             elif not self.w.flags.f_contiguous:
@@ -304,7 +303,7 @@ class Int8(QuantizedWeight):
         q, scale = self.q, self.scale
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         dtype = np.result_type(x.dtype, np.float32)
-        with output_pages(rows.shape[0], q.shape[0], dtype):
+        with output_pages(rows.shape[0] * q.shape[0] * dtype.itemsize):
             y_t = np.empty((q.shape[0], rows.shape[0]), dtype)  # (out, N): y transposed
         block = max(1, BLOCK_BYTES // (dtype.itemsize * q.shape[1]))
         buffer = np.empty((min(block, q.shape[0]), q.shape[1]), dtype)
