@@ -33,6 +33,7 @@ The other families' options, likewise applied only where configured:
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,11 +48,9 @@ from .layers import (ACTIVATIONS, apply_rope, attention, layer_norm, linear, pos
 
 @dataclass(eq=False)
 class Model:
-    """A configuration, its parameters by canonical name (docs/FORMAT.md) and a tokenizer.
-
-    A linear layer's weight is a float array (out, in) or any object whose `matmul(x)` returns
-    x @ W.T (an int8 QuantizedWeight): `layers.linear` multiplies by either.
-    """
+    """A configuration, its parameters by canonical name (docs/FORMAT.md) and a tokenizer. A
+    linear layer's weight is a float array (out, in) or any object whose `matmul(x)` returns
+    x @ W.T (an int8 QuantizedWeight): `layers.linear` multiplies by either."""
 
     config: ModelConfig
     params: dict
@@ -222,6 +221,7 @@ class Model:
     # Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given: a subclass
     # may compute the same another way (the fast path's tiled attention).
     attend = staticmethod(attention)
+    pool_pages = staticmethod(nullcontext)  # where a serving engine makes its block pool
 
     def _mlp(self, h, name):
         cfg, w = self.config, self.params

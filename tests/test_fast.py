@@ -29,26 +29,28 @@ from minillm.testing.strategies import (logits, model_configs, ragged_batches, r
 ATOL = 1e-12  # float64; the sums are the same up to the order BLAS adds them in
 
 
-@given(rows=st.sampled_from([1, 2, 3, 5, 16, 17, 40]), order=st.sampled_from(["C", "F"]),
+@given(rows=st.sampled_from([1, 2, 3, 5, 6, 16, 17, 40]), order=st.sampled_from(["C", "F"]),
        dtype=st.sampled_from([np.float32, np.float64]), batch=st.booleans(),
-       tied=st.booleans())
-def test_dense_product_is_x_times_w_transposed_in_every_layout(rows, order, dtype, batch, tied):
-    """One row; two to five rows one matrix-vector product each (3000 x 100 has at least
-    LARGE_MATRIX entries), by blocks of W's rows (CACHED_MATRIX made smaller here, so that
-    the last block is short); a few rows in blocks of W's rows (3000 x 100 by 4 to 16
-    rows exceeds SMALL_PRODUCT, the last block short); many rows in one call; row- and
-    column-major W;
-    with and without the column-major copy of a tied output layer; rows of one text
-    (1, T, in) or a batch of one-token rows (B, 1, in)."""
+       tied=st.booleans(), shape=st.sampled_from([(3000, 100), (800, 300)]))
+def test_dense_product_is_x_times_w_transposed_in_every_layout(rows, order, dtype, batch, tied,
+                                                               shape):
+    """Every way Dense multiplies: one row; for a matrix read from memory (3000 x 100 has at
+    least LARGE_MATRIX entries), two to five rows one matrix-vector product each, by blocks of
+    W's rows (CACHED_MATRIX made smaller here, so that the last block is short), and six to
+    sixteen in one call in the one-row layout; for a matrix held in cache (800 x 300), a few
+    rows in blocks of W's rows (5 to 16 rows exceed SMALL_PRODUCT, the last block short); many
+    rows in one call; row- and column-major W; with and without the column-major copy of a
+    tied output layer; rows of one text (1, T, in) or a batch of one-token rows (B, 1, in)."""
     rng = np.random.default_rng(rows)
-    w = np.asarray(rng.standard_normal((3000, 100)), dtype=dtype, order=order)
-    assert w.size >= fast.LARGE_MATRIX
+    out, inputs = shape
+    w = np.asarray(rng.standard_normal(shape), dtype=dtype, order=order)
+    assert (w.size >= fast.LARGE_MATRIX) == (out == 3000)
     weight = fast.Dense(w, columns=np.asfortranarray(w) if tied else None)
-    x = rng.standard_normal((rows, 1, 100) if batch else (1, rows, 100)).astype(dtype)
+    x = rng.standard_normal((rows, 1, inputs) if batch else (1, rows, inputs)).astype(dtype)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fast, "CACHED_MATRIX", 700 * 100)  # blocks of 700 rows, the last 200
         y = weight.matmul(x)
-    assert y.shape == x.shape[:2] + (3000,) and y.dtype == dtype
+    assert y.shape == x.shape[:2] + (out,) and y.dtype == dtype
     expected = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4 if dtype == np.float32 else ATOL)
 
@@ -363,3 +365,28 @@ def test_only_a_product_with_a_large_output_is_made_in_ordinary_pages(monkeypatc
         expected = (QuantizedWeight(weight.q, weight.scale, weight.bits).matmul(x) if int8
                     else x @ w.T)
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_serving_engine_on_the_fast_model_makes_its_pool_in_ordinary_pages(monkeypatch):
+    """The fast model's engine makes its block pool without NumPy's huge-page advice
+    (Model.pool_pages); the reference model's as NumPy makes any array; the setting is as
+    before once the pool is made."""
+    from minillm.serving import Engine, blocks
+    advice, made = [], blocks.BlockPool.empty.__func__
+
+    def noted(cls, *shape):
+        advice.append(huge_page_advice())
+        return made(cls, *shape)
+
+    monkeypatch.setattr(blocks.BlockPool, "empty", classmethod(noted))
+    original = huge_page_advice()
+    try:
+        np._core.multiarray._set_madvise_hugepage(True)
+        model = minillm.random_model(minillm.ModelConfig(arch="modern", vocab_size=32,
+                                                         d_model=16, n_layers=1, n_heads=2,
+                                                         d_ff=32, context_length=32))
+        Engine(model, num_blocks=4)
+        Engine(fast.accelerate(model), num_blocks=4)
+        assert advice == [True, False] and huge_page_advice() is True
+    finally:
+        np._core.multiarray._set_madvise_hugepage(original)

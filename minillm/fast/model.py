@@ -31,11 +31,13 @@ from ..quantize import QuantizedWeight, is_linear_weight
 from ..sampling import choose
 
 # OpenBLAS multiplies products of up to this many multiply-adds (M x N x K) where the operands
-# lie; larger ones are first packed into blocks, which for a few rows of x costs more than the
-# product itself (docs/PERFORMANCE.md, "Few-row products").
+# lie; larger ones are first packed into blocks, which for a few rows of x by a matrix held in
+# cache costs more than the product itself (docs/PERFORMANCE.md, "Few-row products").
 SMALL_PRODUCT = 10 ** 6
-# At most this many rows of x count as "a few" (a verify pass, a batch decoding one token each);
-# more rows (a prefill) pay for the packing and go to BLAS in one call.
+# At most this many rows of x count as "a few" (a verify pass, a batch decoding one token each,
+# a serving step): a matrix in cache is multiplied by blocks of its rows, and a matrix read from
+# memory (LARGE_MATRIX) in the layout of one-row products. More rows (a prefill) pay for the
+# packing and go to BLAS in one call.
 FEW_ROWS = 16
 # A matrix of at least this many entries (1 MiB in float32) is read from memory, not cache:
 # a large down projection is then kept row-major (docs/PERFORMANCE.md, "Layouts").
@@ -161,6 +163,12 @@ class FastModel(Model):
             return step.logits.argmax(axis=-1)
         return choose(step.probs, knobs, rng)
 
+    def pool_pages(self):
+        """A serving engine's block pool in ordinary pages (`ordinary_pages`): requests touch
+        its blocks a few at a time, and with NumPy's huge-page advice each first touch of 2 MiB
+        may wait while the kernel compacts memory (docs/SERVING.md, "Measured")."""
+        return ordinary_pages()
+
     def attend(self, q, k, v, mask, scale=None):
         """The same attention a tile at a time, the causal mask's hidden half never computed
         (`causal_attention`)."""
@@ -234,15 +242,15 @@ class Dense:
             return x @ w.T
         # One 2-D product over all rows: with x (B, T, in), `x @ W.T` would be B products.
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        few, large = len(rows) <= FEW_ROWS, self.w.size >= LARGE_MATRIX
+        w = self.w if self.columns is None else self.columns  # the few-row layout
         with output_pages(len(rows) * self.w.shape[0] * rows.itemsize):
-            if len(rows) <= ROW_BY_ROW and self.w.size >= LARGE_MATRIX:
-                y = row_by_row(rows, self.w if self.columns is None else self.columns)
-            elif not self.w.flags.f_contiguous:
-                y = row_major_product(rows, self.w)
-            elif len(rows) <= FEW_ROWS and rows.size * self.w.shape[0] > SMALL_PRODUCT:
+            if len(rows) <= ROW_BY_ROW and large:
+                y = row_by_row(rows, w)
+            elif few and not large and rows.size * self.w.shape[0] > SMALL_PRODUCT:
                 y = column_major_blocks(rows, self.w)
-            else:
-                y = rows @ self.w.T  # W.T is row-major
+            else:  # one call; a few rows by a matrix read from memory gain nothing by blocks
+                y = rows @ (w if few else self.w).T
         return y.reshape(x.shape[:-1] + (self.w.shape[0],))
 
 
@@ -259,27 +267,13 @@ def row_by_row(x, w):
 
 
 def column_major_blocks(x, w):
-    """x @ W.T for a few rows x (N, in) and a large column-major W (out, in), a block of W's
-    rows at a time, each block's product under SMALL_PRODUCT."""
+    """x @ W.T for a few rows x (N, in) and a column-major W (out, in) held in cache, a block
+    of W's rows at a time, each block's product under SMALL_PRODUCT."""
     n, d = x.shape
     y = np.empty((n, w.shape[0]), dtype=np.result_type(x, w))  # (N, out)
     for start, stop in blocks(w.shape[0], n * d):
         np.matmul(x, w[start:stop].T, out=y[:, start:stop])
     return y
-
-
-def row_major_product(x, w):
-    """x @ W.T for several rows x (N, in) and a row-major W (out, in). A few rows: as W @ x.T
-    (OpenBLAS is faster that way round for them), by blocks of W's rows; more rows (a
-    prefill): as x @ W.T, which packs W itself where copying x.T first cost more."""
-    n, d = x.shape
-    if n > FEW_ROWS:
-        return x @ w.T
-    xt = np.ascontiguousarray(x.T)  # (in, N)
-    out = np.empty((w.shape[0], n), dtype=np.result_type(x, w))  # (out, N)
-    for start, stop in blocks(w.shape[0], n * d):
-        np.matmul(w[start:stop], xt, out=out[start:stop])
-    return out.T
 
 
 def blocks(out_features: int, per_row: int):

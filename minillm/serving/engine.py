@@ -78,8 +78,9 @@ class Engine:
         if num_blocks is None:  # room for 16,384 positions, or one whole context if longer
             num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
         self.model = model
-        self.pool = BlockPool.empty(cfg.n_layers, num_blocks, cfg.n_kv_heads, block_size,
-                                    cfg.head_dim, model.dtype)
+        with model.pool_pages():  # the fast path's: ordinary pages (fast/model.py)
+            self.pool = BlockPool.empty(cfg.n_layers, num_blocks, cfg.n_kv_heads, block_size,
+                                        cfg.head_dim, model.dtype)
         self.prefix = PrefixCache() if prefix_caching else None
         self.max_batch_tokens = max_batch_tokens
         self.running, self.waiting = [], deque()
