@@ -39,7 +39,7 @@ def texts_in_a_pool(data, model, most_rows: int):
     rows = data.draw(st.integers(1, most_rows), label="rows")
     texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W))
              for _ in range(rows)]
-    pool = BlockPool.empty(cfg.n_layers, rows * blocks_for(W, bs), cfg.n_kv_heads, bs,
+    pool = BlockPool.empty(cfg.n_layers, rows * blocks_for(W, bs), bs, cfg.n_kv_heads,
                            cfg.head_dim, model.dtype)
     return texts, pool, [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in texts]
 

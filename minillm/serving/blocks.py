@@ -4,8 +4,8 @@ table per request.
 A request's text is cut into blocks of `block_size` positions; position p of the text lives in
 block table[p // block_size] at offset p % block_size:
 
-    pool.k[layer, table[p // block_size], :, p % block_size]    the key of position p
-    (n_layers, num_blocks, n_kv_heads, block_size, head_dim)     the pool's shape
+    pool.k[layer, table[p // block_size], p % block_size]    the keys of position p, (K, d)
+    (n_layers, num_blocks, block_size, n_kv_heads, head_dim)  the pool's shape
 
 so a request holds only the blocks its text fills (the last one partly), whatever the context
 length, and requests that start alike can share their first blocks (prefix_cache.py). A block
@@ -31,20 +31,20 @@ import numpy as np
 class BlockPool:
     """Every layer's keys and values in `num_blocks` blocks, the free list and the counts."""
 
-    k: np.ndarray  # (n_layers, num_blocks, n_kv_heads, block_size, head_dim)
+    k: np.ndarray  # (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     v: np.ndarray
     free: list = field(default_factory=list)  # block ids, the next one given out last
     refs: list = field(default_factory=list)  # refs[b]: how many tables point at block b
 
     @classmethod
-    def empty(cls, n_layers, num_blocks, n_kv_heads, block_size, head_dim, dtype) -> "BlockPool":
-        k = np.zeros((n_layers, num_blocks, n_kv_heads, block_size, head_dim), dtype)
+    def empty(cls, n_layers, num_blocks, block_size, n_kv_heads, head_dim, dtype) -> "BlockPool":
+        k = np.zeros((n_layers, num_blocks, block_size, n_kv_heads, head_dim), dtype)
         v = np.zeros(k.shape, dtype)  # not zeros_like, which writes every page at once
         return cls(k, v, list(range(num_blocks))[::-1], [0] * num_blocks)
 
     @property
     def block_size(self) -> int:
-        return self.k.shape[3]
+        return self.k.shape[2]
 
     @property
     def num_blocks(self) -> int:
@@ -75,14 +75,16 @@ def write(pool: BlockPool, layer: int, blocks, offsets, k, v) -> None:
     """The new keys and values k, v (B, K, T, d) into the pool at (blocks, offsets), (B, T)
     each. They are copied whole into (B, T, K, d) first: a scattered write from a strided
     source copies element by element, about 200 times slower."""
-    pool.k[layer, blocks, :, offsets] = np.ascontiguousarray(k.swapaxes(1, 2))
-    pool.v[layer, blocks, :, offsets] = np.ascontiguousarray(v.swapaxes(1, 2))
+    pool.k[layer, blocks, offsets] = np.ascontiguousarray(k.swapaxes(1, 2))
+    pool.v[layer, blocks, offsets] = np.ascontiguousarray(v.swapaxes(1, 2))
 
 
 def gather(blocks: np.ndarray) -> np.ndarray:
-    """Each row's blocks (B, n, K, block_size, d) laid end to end: (B, K, n * block_size, d)."""
-    B, n, K, bs, d = blocks.shape
-    return blocks.transpose(0, 2, 1, 3, 4).reshape(B, K, n * bs, d)
+    """Each row's blocks (B, n, block_size, K, d) laid end to end, seen as (B, K, n *
+    block_size, d): the positions of a row are consecutive in the gathered copy, so the
+    (B, n * block_size, K, d) reshape is a view, and so is the head axis brought forward."""
+    B, n, bs, K, d = blocks.shape
+    return blocks.reshape(B, n * bs, K, d).swapaxes(1, 2)
 
 
 @dataclass(eq=False)
@@ -102,7 +104,7 @@ class PagedBatch:
     def check_fits(self, shape, dtype) -> None:
         n_layers, B, heads, head_dim = shape
         pool = self.pool.k
-        if (pool.shape[0], len(self.tables), pool.shape[2], pool.shape[4]) != shape \
+        if (pool.shape[0], len(self.tables), pool.shape[3], pool.shape[4]) != shape \
                 or pool.dtype != dtype:
             raise ValueError(f"cache: a block pool of {pool.shape} / {pool.dtype} for "
                              f"{len(self.tables)} rows does not fit this model and batch "
@@ -185,7 +187,7 @@ class PackedBatch:
 
     def check_fits(self, shape, dtype) -> None:
         pool = self.pool.k
-        if (pool.shape[0], 1, pool.shape[2], pool.shape[4]) != shape or pool.dtype != dtype:
+        if (pool.shape[0], 1, pool.shape[3], pool.shape[4]) != shape or pool.dtype != dtype:
             raise ValueError(f"cache: a block pool of {pool.shape} / {pool.dtype} for one "
                              f"packed row does not fit this model and batch (expected {shape} "
                              f"/ {dtype})")

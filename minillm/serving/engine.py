@@ -79,7 +79,7 @@ class Engine:
             num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
         self.model = model
         with model.pool_pages():  # the fast path's: ordinary pages (fast/model.py)
-            self.pool = BlockPool.empty(cfg.n_layers, num_blocks, cfg.n_kv_heads, block_size,
+            self.pool = BlockPool.empty(cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads,
                                         cfg.head_dim, model.dtype)
         self.prefix = PrefixCache() if prefix_caching else None
         self.max_batch_tokens = max_batch_tokens
