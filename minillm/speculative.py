@@ -179,18 +179,24 @@ def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingCon
     guesses, q = drafter.propose(text, k, rng)  # 1. draft: k guesses and their q
     fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
     logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]  # 2. verify
-    # The repetition penalty sees what plain generation sees: the view, then the guesses.
+    kept, token = accept_or_resample(logits, guesses, q, text, start, knobs, rng)  # 3.
+    cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
+    return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
+
+
+def accept_or_resample(logits, guesses, q, text, start, knobs: SamplingConfig, rng):
+    """The guesses judged by the target's logits (k + 1, V) of the positions that predict them
+    and the one after: (how many are kept, the next token: the replacement of the first
+    rejected guess, or the bonus token when every guess is kept). The repetition penalty sees
+    what plain generation sees: the view text[start:], then the guesses."""
     history = None
     if knobs.penalises:
         seen = text[start:]
         history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
     p = filtered_probs(logits, knobs, history)  # (k + 1, V)
-    if knobs.greedy:  # 3. accept/resample, and the bonus token when every guess is kept
-        kept, token = accept_greedy(choose(p, knobs), guesses)
-    else:
-        kept, token = accept(p, q, guesses, rng.random(len(guesses)), rng.random())
-    cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
-    return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
+    if knobs.greedy:
+        return accept_greedy(choose(p, knobs), guesses)
+    return accept(p, q, guesses, rng.random(len(guesses)), rng.random())
 
 
 def _count(stats: SpeculativeStats, kept: int, proposed: int, draft_calls: int) -> None:

@@ -245,6 +245,27 @@ def test_speculative_requests_equal_speculative_generate_alone(requests, block_s
         assert engine.stats.guesses >= engine.stats.accepted
 
 
+def test_a_step_is_one_pass_with_speculating_requests_among_plain_ones(monkeypatch):
+    """A round of speculative decoding rides in the step's one forward pass with the other
+    requests' tokens (its guesses' logits read from that pass): one target pass per step,
+    and each request's tokens those it gets alone."""
+    passes = []
+    forward = MODEL.forward
+    engine = Engine(MODEL, block_size=3, max_batch_tokens=32)
+    prompts = [([1, 2, 3], None), ([4, 5, 4, 5, 4], "ngram"), ([7, 8, 9, 7], DRAFT)]
+    ids = [engine.add_request(p, max_new_tokens=8, seed=5, draft=d, k=3) for p, d in prompts]
+    monkeypatch.setattr(MODEL, "forward", lambda *a, **kw: passes.append(1) or forward(*a, **kw))
+    outputs = run(engine)
+    monkeypatch.undo()
+    assert len(passes) == engine.stats.steps
+    assert engine.stats.guesses > 0
+    assert [o.token for o in outputs[ids[0]]] == alone(MODEL, [1, 2, 3], 8, 5, {})[0]
+    for rid, (prompt, draft) in zip(ids[1:], prompts[1:]):
+        spec, _ = minillm.speculative_generate(MODEL, draft, prompt, k=3, max_new_tokens=8,
+                                               seed=5, return_logprobs=True)
+        assert [o.token for o in outputs[rid]] == spec.new_tokens
+
+
 def test_outputs_carry_generates_raw_logprobs_when_asked():
     """raw_logprob: ln softmax(z)[token] at temperature 1, as generate's raw_logprobs, for a
     plain request and a speculating one; None when logprobs were not asked."""

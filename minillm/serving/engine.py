@@ -7,9 +7,10 @@
             ...
 
 A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` in one
-pass with the block pool as the cache (blocks.py: a row per request when all compute one token,
-else their chunks end to end in one packed row), then draws a token for every request whose
-text is now computed, with its own knobs and random generator, and lets finished requests go.
+pass with the block pool as the cache (blocks.py: a row per request when all compute as many
+tokens, else their chunks end to end in one packed row; a speculative round's guesses ride in
+it), then draws a token for every request whose text is now computed, with its own knobs and
+random generator, and lets finished requests go.
 Each request's tokens and log-probabilities are those of `generate(model, [prompt], seed=...,
 **knobs)` run alone (tests/test_serving.py): the same logits (up to rounding, float64), the
 same draws. A request is refused when its prompt and new tokens could pass the context (the
@@ -28,11 +29,11 @@ from ..inputs import check_prompts
 from ..knobs import default, generation_config, random_generator
 from ..logprobs import score
 from ..sampling import choose, filtered_probs
-from ..speculative import make_drafter, score_round, speculative_round
+from ..speculative import accept_or_resample, make_drafter, score_round
 from ..stopping import start_text
 from .blocks import BlockPool, PackedBatch, PagedBatch, blocks_for
 from .prefix_cache import PrefixCache
-from .scheduler import Request, release, schedule
+from .scheduler import Request, give_back_past, release, schedule
 
 
 class Output(NamedTuple):
@@ -131,10 +132,7 @@ class Engine:
         request = self.requests.pop(request_id, None)
         if request is None:
             return
-        if request in self.running:
-            self.running.remove(request)
-        else:
-            self.waiting.remove(request)
+        (self.running if request in self.running else self.waiting).remove(request)
         release(self, request)
 
     def has_unfinished(self) -> bool:
@@ -152,37 +150,43 @@ class Engine:
     # -- a step ------------------------------------------------------------------------------
 
     def step(self) -> list[Output]:
-        """Run one step: the scheduled chunks through the model, a token for every request
-        whose text is computed; returns what each of those produced."""
+        """Run one step: the scheduled chunks through the model in one pass, a token for every
+        request whose text is computed (a round's for a speculating one); returns them."""
         work = schedule(self)
-        outputs, chunks = [], []
-        for request, n in work:
-            if request.rounds(n):  # a round of its own: guesses, one pass, accept, roll back
-                outputs += self._speculate(request, n - request.todo)
-            else:
-                chunks.append((request, n))
-        outputs += self._forward(chunks) if chunks else []
+        guesses = {r.id: r.drafter.propose(r.text, n - r.todo, r.rng)  # a round drafts first
+                   for r, n in work if r.rounds(n)}  # id -> (guesses, q)
+        outputs = self._forward(work, guesses) if work else []
         self.counts.steps += 1
         return outputs
 
-    def _forward(self, chunks) -> list[Output]:
-        """One forward pass for every request's chunk: a row each when they all compute the
-        same number of tokens (decoding), else end to end in one packed row (PackedBatch); a
-        token for each request whose text is then computed."""
-        tables, starts = [r.table for r, _ in chunks], np.array([r.computed for r, _ in chunks])
-        counts = np.array([n for _, n in chunks])
-        texts = [r.text[r.computed:r.computed + n] for r, n in chunks]
+    def _forward(self, work, guesses) -> list[Output]:
+        """One forward pass for every request's chunk (a round's: its text's rest and guesses),
+        a row each when all are as long (decoding), else end to end in one packed row; the
+        logits of each one's last position (a round's last k + 1) decide its tokens."""
+        texts = [r.text[r.computed:r.computed + n] + guesses.get(r.id, ([], None))[0]
+                 for r, n in work]
+        tables, starts = [r.table for r, _ in work], np.array([r.computed for r, _ in work])
+        counts = np.array([len(t) for t in texts])
+        wants = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else 1 for r, _ in work])
         if (counts == counts[0]).all():
             batch = PagedBatch(self.pool, tables, starts)
-            logits = self.model.forward(np.array(texts), batch, last=1)[:, -1]  # (R, V)
-        else:  # the logits of each request's last new token in the row
+            rows = self.model.forward(np.array(texts), batch, last=wants.max())  # (R, w, V)
+            logits = [z[len(z) - w:] for z, w in zip(rows, wants)]
+        else:  # the logits of each request's last `want` tokens in the row
             batch = PackedBatch(self.pool, tables, starts, counts, self.model.attend)
-            logits = self.model.forward(np.concatenate(texts)[None], batch,
-                                        last=np.cumsum(counts) - 1)[0]  # (R, V)
-        for request, n in chunks:
+            ends = np.cumsum(counts)
+            last = np.concatenate([np.arange(e - w, e) for e, w in zip(ends, wants)])
+            rows = self.model.forward(np.concatenate(texts)[None], batch, last=last)[0]
+            logits = np.split(rows, np.cumsum(wants)[:-1])  # per request (w, V)
+        outputs = []
+        for (request, n), z in zip(work, logits):
+            if request.id in guesses:
+                outputs += self._round(request, *guesses[request.id], z)
+                continue
             self._computed(request, n)
-        return [self._draw(r, z) for (r, _), z in zip(chunks, logits)
-                if r.computed == len(r.text)]  # its text all computed: its next token
+            if request.computed == len(request.text):  # its text all computed: its next token
+                outputs.append(self._draw(request, z[-1]))
+        return outputs
 
     def _computed(self, request: Request, n: int) -> None:
         """Count n more positions as computed; each block they filled joins the prefix cache."""
@@ -206,22 +210,18 @@ class Engine:
         scored = score(probs, logits[None], [token])[0] if request.logprobs else None
         return self._emit(request, token, scored)
 
-    def _speculate(self, request: Request, room: int) -> list[Output]:
-        """One round of speculative decoding, as speculative_generate runs it alone (its
-        speculative_round over the request's blocks): guesses, one verifying pass, accept or
-        resample, the blocks wholly past the kept text given back. An Output per new token."""
+    def _round(self, request: Request, guesses, q, logits) -> list[Output]:
+        """A round of speculative decoding ends as in speculative_generate alone: the guesses
+        judged by the pass's logits (k + 1, V), the kept ones and the next token emitted, the
+        rejected positions forgotten, the blocks wholly past the kept text given back."""
         knobs, before = request.config.sampling, list(request.text)
-        view = PagedBatch(self.pool, [request.table], request.computed)
-        new, proposed, logits = speculative_round(self.model, view, request.drafter,
-                                                  request.text, 0, room, knobs, request.rng)
-        self.counts.guesses += proposed
-        self.counts.accepted += len(new) - 1
-        self._computed(request, view.length - request.computed)
-        while len(request.table) > blocks_for(request.computed, self.pool.block_size):
-            block = request.table.pop()  # past the kept text: only this request held it
-            self.pool.release(block)
-            self.pool.free.append(block)
-        scores = score_round(new, logits, before, knobs) if request.logprobs else None
+        kept, token = accept_or_resample(logits, guesses, q, request.text, 0, knobs, request.rng)
+        self.counts.guesses += len(guesses)
+        self.counts.accepted += kept
+        self._computed(request, request.todo + kept)  # the new token's position stays unread
+        give_back_past(self, request)
+        new = guesses[:kept] + [token]
+        scores = score_round(new, logits[:kept + 1], before, knobs) if request.logprobs else None
         outputs = []
         for i, token in enumerate(new):
             outputs.append(self._emit(request, token, scores and scores[i]))

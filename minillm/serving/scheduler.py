@@ -156,6 +156,14 @@ def reuse_prefix(engine, request: Request) -> None:
         request.block_keys.append(engine.prefix.keys[block])
     request.computed = len(request.table) * bs
 
+def give_back_past(engine, request: Request) -> None:
+    """Give back the blocks wholly past the request's computed positions (a speculative
+    round's rejected guesses): only this request held them, and none is in the prefix cache."""
+    while len(request.table) > blocks_for(request.computed, engine.pool.block_size):
+        block = request.table.pop()
+        engine.pool.release(block)
+        engine.pool.free.append(block)
+
 def release(engine, request: Request) -> None:
     """Give back every block of the request: a block nobody holds any more is free, or
     stays cached for its prefix; the request will compute its text from the start."""
