@@ -114,6 +114,29 @@ def test_serving_study_prints_its_tables_on_the_shipped_model(capsys):
     assert table1.count("\n| ") == 12  # the header and 11 rows
 
 
+def test_speculative_serving_study_compares_three_sides_on_the_shipped_model(capsys):
+    """Guessing requests through the engine, plain ones, speculative_generate alone: a row
+    each, the same tokens on every side (the study exits 1 otherwise)."""
+    from bench.studies.spec_serving import main as spec_serving
+
+    assert spec_serving(["--requests", "3", "--prompt", "8", "24", "--new", "4", "6"]) == 0
+    printed = capsys.readouterr().out
+    for side in ("| engine, guessing |", "| engine, no guesses |",
+                 "| speculative_generate, one at a time |"):
+        assert printed.count(side) == 1
+    assert "same tokens on every side and round: yes" in printed
+
+
+def test_pool_pages_study_times_both_pools_on_the_shipped_model(capsys):
+    from bench.studies.pool_pages import main as pool_pages
+    from minillm.shipped import TARGET
+
+    assert pool_pages(["--model_path", str(TARGET), "--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("huge pages: ") == 1 and printed.count("ordinary pages: ") == 1
+    assert "| huge pages |" in printed and "| ordinary pages |" in printed
+
+
 @pytest.mark.slow  # seven fresh processes: 5 s here
 def test_first_prefill_study_prints_its_tables_on_the_shipped_model(capsys):
     """The first-prefill study on the shipped model, minillm alone (transformers is a peer):
