@@ -8,10 +8,11 @@ knobs read it, and `checked` holds every value to it, so that the same bad value
 same message everywhere. The default temperature is 1: the model's own distribution, like
 every other knob's default (off), so that a knob changes nothing unless it is asked to.
 The default stop tokens are None, "the model's end tokens": its tokenizer's eos_token_ids
-(end of text, and the end of a turn its chat template writes), read by generation_config once
-per request, so that a chat's reply ends where the model ends it, as in transformers; none
-for a model without a tokenizer, and an explicit () runs on. CHAT_DEFAULTS: the sampling
-knobs `minillm chat` starts from instead (llama.cpp's chain).
+(where the model's own runtime stops: llama.cpp's end-of-generation set for a GGUF file,
+generation_config.json's for a folder; else end of text and the end of a turn its chat template
+writes), read by generation_config once per request, so that a chat's reply ends where the
+model ends it; none for a model without a tokenizer, and an explicit () runs on.
+CHAT_DEFAULTS: the sampling knobs `minillm chat` starts from instead (llama.cpp's chain).
 """
 from __future__ import annotations
 

@@ -496,9 +496,11 @@ def test_from_gguf_reads_tokens_specials_and_config():
     assert tok.special_tokens == {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
     assert tok.added_tokens["<think>"] == 3
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id) == (1, 2, 2, 0)
-    assert tok.eos_token_ids == (2,)
+    # llama.cpp's end-of-generation set: EOS, then <|endoftext|> (an end-of-generation text).
+    assert tok.eos_token_ids == (2, 0)
     assert tok.config == TokenizerConfig("<|im_start|>", "<|im_end|>", "<|im_end|>",
-                                         "<|endoftext|>", False, CHATML, False, "smollm")
+                                         "<|endoftext|>", False, CHATML, False, "smollm",
+                                         end_of_generation_ids=(0, 2))
     assert tok.add_bos_token is False and tok.chat_template == CHATML
 
 
@@ -631,7 +633,7 @@ def test_tokenizer_and_config_round_trip_through_the_weights_file(tmp_path):
     minillm.save(model, tmp_path / "m.npz")
     back = minillm.load(tmp_path / "m.npz").tokenizer
     assert back.config == model.tokenizer.config
-    assert back.rules == PRE_TOKENIZERS["smollm"] and back.eos_token_ids == (2,)
+    assert back.rules == PRE_TOKENIZERS["smollm"] and back.eos_token_ids == (2, 0)
     text = "<|im_start|>user\n1234 ab<think><|im_end|>\n"
     assert back.encode(text, add_special_tokens=True) == model.tokenizer.encode(
         text, add_special_tokens=True)

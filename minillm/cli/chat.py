@@ -9,9 +9,10 @@ Type a message and press Enter; an empty line, end of input (Ctrl-D) or Ctrl-C a
 ends the chat, and Ctrl-C during a reply stops that reply and returns to the prompt. Each
 turn renders the whole conversation with the model's template, keeps the part of the KV cache
 that the new prompt still begins with, reads only the rest, and streams the reply until an end
-token (EOS and every end-of-turn token the template writes: <|im_end|>, <|eot_id|>,
-<end_of_turn>, ...), a --stop text (not printed, and not kept in the conversation) or
---max_new_tokens. The prompt starts with BOS when the tokenizer asks.
+token (the tokenizer's eos_token_ids: where the model file's own runtime stops, or EOS, and
+every end-of-turn token the template writes: <|im_end|>, <|eot_id|>, <end_of_turn>, ...), a
+--stop text (not printed, and not kept in the conversation) or --max_new_tokens. The prompt
+starts with BOS when the tokenizer asks.
 
 The sampling knobs start from llama.cpp's chain, what chat users expect (temperature 0.8,
 top-k 40, top-p 0.95, min-p 0.05: minillm.knobs.CHAT_DEFAULTS), not from the model's own

@@ -8,6 +8,7 @@ AutoModelForCausalLM.from_pretrained loads.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import importlib.util
 import json
 import os
@@ -91,7 +92,8 @@ def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True, int8=
     """A Hugging Face model folder (config.json, weights, optional tokenizer.json) -> Model.
 
     With tokenizer.json come, when present, tokenizer_config.json (special tokens,
-    add_bos_token, chat template) and chat_template.jinja. tokenizer=False leaves them out
+    add_bos_token, chat template), chat_template.jinja and generation_config.json's
+    ``eos_token_id`` (the ids transformers' generate stops at). tokenizer=False leaves them out
     (minillm reads byte-level BPE tokenizers only). int8: as from_state_dict's.
     """
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
@@ -103,7 +105,8 @@ def from_hf_folder(folder, dtype="float32", naming="auto", tokenizer=True, int8=
         with open(tokenizer_path, encoding="utf-8") as f:
             tokenizer_json = f.read()
         tokenizer_config_json = _read_tokenizer_config(folder)
-        _check_tokenizer(tokenizer_json, tokenizer_config_json, tokenizer_path)
+        tok = _check_tokenizer(tokenizer_json, tokenizer_config_json, tokenizer_path)
+        tokenizer_config_json = _with_generation_ends(folder, tokenizer_config_json, tok)
     return from_state_dict(state_dict, config, naming=naming, dtype=dtype,
                            tokenizer_json=tokenizer_json,
                            tokenizer_config_json=tokenizer_config_json, int8=int8)
@@ -131,16 +134,44 @@ def _read_tokenizer_config(folder):
         raise ValueError(f"{config_path}: {e}") from None
 
 
-def _check_tokenizer(text, config_json, path) -> None:
-    """Fail early, and say how to go on without it, if minillm cannot read this tokenizer."""
+def _check_tokenizer(text, config_json, path):
+    """The tokenizer; fail early, and say how to go on without it, if minillm cannot read it."""
     from ..text.tokenizer import Tokenizer, TokenizerConfig
 
     try:
         config = None if config_json is None else TokenizerConfig.from_json(config_json)
-        Tokenizer.from_json(text, config)
+        return Tokenizer.from_json(text, config)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: minillm cannot read this tokenizer ({e}); convert the "
                          "weights alone with --no_tokenizer (tokenizer=False)") from None
+
+
+def _with_generation_ends(folder, config_json, tokenizer):
+    """The tokenizer config (JSON text, or None) with the ids a generation ends at, as
+    transformers' generate stops: generation_config.json's ``eos_token_id`` (an id or a list of
+    ids), and the tokenizer's EOS. Without that file or key: the config as it was."""
+    from ..text.tokenizer_config import TokenizerConfig, token_ids
+
+    path = os.path.join(folder, "generation_config.json")
+    if not os.path.exists(path):
+        return config_json
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        ends = token_ids(data.get("eos_token_id"), "eos_token_id")
+    except ValueError as e:  # not UTF-8, not JSON, or not ids
+        raise ValueError(f"{path}: {e}") from None
+    if ends is None:
+        return config_json
+    outside = [i for i in ends if i >= len(tokenizer)]
+    if outside:
+        raise ValueError(f"{path}: eos_token_id {outside[0]} is not a token id of tokenizer.json "
+                         f"({len(tokenizer)} tokens)")
+    eos = () if tokenizer.eos_token_id is None else (tokenizer.eos_token_id,)
+    config = TokenizerConfig() if config_json is None else TokenizerConfig.from_json(config_json)
+    return replace(config, end_of_generation_ids=tuple(sorted({*ends, *eos}))).to_json()
 
 
 def to_hf_state_dict(model) -> dict:

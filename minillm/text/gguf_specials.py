@@ -29,8 +29,19 @@ special: decoding may skip them). llama.cpp then retypes tokens by their text:
      ``general.architecture`` "nomic-bert-moe" or "jina-bert-v3": ``<mask>`` takes the
      whitespace before it (``lstrip``); a name containing "modern-bert": ``[MASK]`` does.
 
+The same pass gives the **end-of-generation set**, the ids llama.cpp stops at
+(``llama_vocab_is_eog``): the FIM pad, repo and separator ids (rule 2's roles), every token with
+an ``END_OF_GENERATION`` text, the EOS id and the EOT and EOM ids the file names; less harmony's
+``<|end|>`` and Gemma 4's ``</s>`` where rules 3 and 4 make them ordinary (of two ids with
+that text, the larger, as llama.cpp's ordered set yields it last), even when it is the EOS.
+Not followed: where a vocabulary holds two texts of one FIM role and the file names no id,
+llama.cpp's set holds the one its hash map yields first (an order C++ leaves unspecified);
+minillm's the one listed first, as rule 2.
+
 llama.cpp also marks control tokens named "unused" unused, and looks up the EOT and EOM ids by
-text; neither changes an id.
+text (texts of ``END_OF_GENERATION``: no id that the set lacks); neither changes an id. Where
+llama.cpp takes a key's id past the vocabulary as the default id, minillm refuses the file
+(``gguf_metadata.tokenizer_metadata``).
 """
 from .added_tokens import AddedToken
 
@@ -73,35 +84,77 @@ def named_ids(tokens):
     return {token: i for i, token in enumerate(tokens) if token in NAMED}
 
 
+def fill_in_the_middle_ids(fields, ids):
+    """({role: id} of the FIM roles the vocabulary has, the roles looked up by text): the
+    file's key, else the token with one of the role's texts (the first listed here)."""
+    roles, by_text = {}, set()
+    for role, (keys, texts) in FILL_IN_THE_MIDDLE.items():
+        role_id = next((fields[key] for key in keys if key in fields), None)
+        if role_id is None:
+            role_id = next((ids[text] for text in texts if text in ids), None)
+            by_text.add(role)
+        if role_id is not None:
+            roles[role] = role_id
+    return roles, by_text
+
+
+def end_of_generation_ids(tokens, fields, eos_id, ids):
+    """llama.cpp's ``special_eog_ids``, the ids a generation stops at: ``ending_ids`` less
+    ``not_ending`` of them."""
+    ends = ending_ids(fields, eos_id, ids)
+    return ends - set(not_ending(tokens, ends).values())
+
+
+def ending_ids(fields, eos_id, ids):
+    """The end-of-generation ids before llama.cpp's exceptions:
+
+        {FIM pad, repo, separator} | {tokens with an END_OF_GENERATION text} | {EOS, EOT, EOM}
+
+    The EOT and EOM ids are the file's keys (llama.cpp's guesses by text are texts of
+    END_OF_GENERATION already); ``eos_id``: the file's or the default, or None."""
+    roles, _ = fill_in_the_middle_ids(fields, ids)
+    ends = {roles[role] for role in ("pad", "rep", "sep") if role in roles}
+    ends.update(ids[text] for text in END_OF_GENERATION if text in ids)
+    ends.update(i for i in (eos_id, fields.get("eot_token_id"), fields.get("eom_token_id"))
+                if i is not None)
+    return ends
+
+
+def not_ending(tokens, ends):
+    """{text: id} of the ids llama.cpp takes out of the end-of-generation set ``ends`` (rules
+    3, 4): harmony's ``<|end|>`` beside ``<|return|>`` and ``<|call|>`` (solar-open:
+    ``<|calls|>`` and ``<|flush|>``); Gemma 4's and PLaMo's ``</s>`` beside
+    ``<|tool_response>`` or ``<|plamo:eos|>``. Of two ids with one text, the larger (the last
+    in llama.cpp's ordered set)."""
+    by_text = {tokens[i]: i for i in sorted(ends)}
+    out = {}
+    calls = "<|call|>" in by_text or "<|calls|>" in by_text
+    if "<|end|>" in by_text and calls and ("<|return|>" in by_text or "<|flush|>" in by_text):
+        out["<|end|>"] = by_text["<|end|>"]
+    if "</s>" in by_text and ("<|tool_response>" in by_text or "<|plamo:eos|>" in by_text):
+        out["</s>"] = by_text["</s>"]
+    return out
+
+
 def llama_cpp_types(tokens, types, fields, eos_id, ids):
     """The token types after llama.cpp's retyping by text (rules 1-4); ``fields``: the GGUF
     tokenizer fields by short name; ``eos_id``: the EOS id (the file's or the default), or
     None; ``ids``: ``named_ids(tokens)``."""
     types = list(types)
-    end_ids = set()
-    for role, (keys, texts) in FILL_IN_THE_MIDDLE.items():
-        role_id = next((fields[key] for key in keys if key in fields), None)
-        if role_id is None:
-            role_id = next((ids[text] for text in texts if text in ids), None)
-            if role_id is not None:
-                types[role_id] = CONTROL
-        if role in ("pad", "rep", "sep") and role_id is not None:
-            end_ids.add(role_id)
+    roles, by_text = fill_in_the_middle_ids(fields, ids)
+    for role in by_text & roles.keys():
+        types[roles[role]] = CONTROL
     for text in END_OF_GENERATION:
         if text in ids:
             types[ids[text]] = CONTROL
-            end_ids.add(ids[text])
-    end_ids.update(i for i in (eos_id, fields.get("eot_token_id"), fields.get("eom_token_id"))
-                   if i is not None)
     for text in GPT_OSS_USER_DEFINED:
         if text in ids:
             types[ids[text]] = USER_DEFINED
-    ending = {tokens[i] for i in end_ids}
-    calls = bool(ending & {"<|call|>", "<|calls|>"})
-    if "<|end|>" in ending and calls and ending & {"<|return|>", "<|flush|>"}:
-        types[ids["<|end|>"]] = USER_DEFINED
-    if "</s>" in ending and ending & {"<|tool_response>", "<|plamo:eos|>"}:
-        types[ids["</s>"]] = NORMAL
+    removed = not_ending(tokens, ending_ids(fields, eos_id, ids))
+    if "<|end|>" in removed:
+        types[removed["<|end|>"]] = USER_DEFINED
+    if "</s>" in removed:
+        types[removed["</s>"]] = NORMAL
     return types
 
 
@@ -127,13 +180,15 @@ def whitespace_flags(types, fields, ids):
     return flags
 
 
-def gguf_added_tokens(tokens, types, fields, eos_id):
-    """The tokens matched whole, as ``AddedToken``s with llama.cpp's types and whitespace."""
+def gguf_special_tokens(tokens, types, fields, eos_id):
+    """(the tokens matched whole, as ``AddedToken``s with llama.cpp's types and whitespace;
+    the end-of-generation ids, ascending)."""
     ids = named_ids(tokens)
     types = llama_cpp_types(tokens, types, fields, eos_id, ids)
     flags = whitespace_flags(types, fields, ids)
-    return [AddedToken(i, token, special=types[i] != USER_DEFINED,
-                       lstrip=flags.get(i, (False, False))[0],
-                       rstrip=flags.get(i, (False, False))[1])
-            for i, (token, token_type) in enumerate(zip(tokens, types))
-            if token_type in MATCHED_WHOLE]
+    added = [AddedToken(i, token, special=types[i] != USER_DEFINED,
+                        lstrip=flags.get(i, (False, False))[0],
+                        rstrip=flags.get(i, (False, False))[1])
+             for i, (token, token_type) in enumerate(zip(tokens, types))
+             if token_type in MATCHED_WHOLE]
+    return added, tuple(sorted(end_of_generation_ids(tokens, fields, eos_id, ids)))

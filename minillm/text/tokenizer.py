@@ -26,7 +26,8 @@ streamed pieces always add up to ``decode`` of the whole.
 
 Besides the vocabulary, a tokenizer carries what Hugging Face keeps in
 ``tokenizer_config.json`` (``TokenizerConfig``): the BOS, EOS, padding and unknown tokens,
-whether a plain prompt starts with BOS and ends with EOS, and the chat template.
+whether a plain prompt starts with BOS and ends with EOS, and the chat template; and the ids a
+generation ends at when the model's file names them (``eos_token_ids``).
 """
 
 import codecs
@@ -113,6 +114,10 @@ class Tokenizer:
             raise ValueError("tokenizer config: add_bos_token is true, but there is no bos_token")
         if self.add_eos_token and self.eos_token_id is None:
             raise ValueError("tokenizer config: add_eos_token is true, but there is no eos_token")
+        outside = [i for i in self.config.end_of_generation_ids or () if i >= self.vocab_size]
+        if outside:
+            raise ValueError(f"tokenizer config: end_of_generation_ids {outside[0]} is not a "
+                             f"token id (the vocabulary has {self.vocab_size})")
         # The added tokens looked for in the text as it is, and those looked for after them in
         # the normalized text, by their normalized spelling (a tokenizer.json's two passes).
         self._added_raw = {text: t for text, t in self.added.items() if not t.normalized}
@@ -155,22 +160,35 @@ class Tokenizer:
 
     def with_chat_template(self, template):
         """This tokenizer with ``template`` as its chat template (a copy; this one keeps its
-        own): for a model whose file carries none, or to render with another."""
+        own): for a model whose file carries none, or to render with another. A file's stop
+        set gains the end-of-turn tokens the template writes."""
         other = copy.copy(self)
-        other.config = replace(self.config, chat_template=template)
+        ends = self.config.end_of_generation_ids
+        if ends is not None:
+            ends = tuple(sorted({*ends, *self.turn_ends(template)}))
+        other.config = replace(self.config, chat_template=template, end_of_generation_ids=ends)
         return other
+
+    def turn_ends(self, template):
+        """The ids of the end-of-turn tokens (``END_OF_TURN_TOKENS``, special tokens) that
+        ``template`` writes, in that list's order."""
+        return [self.special_tokens[token] for token in END_OF_TURN_TOKENS
+                if token in self.special_tokens and token in (template or "")]
 
     @property
     def eos_token_ids(self):
-        """The ids that end a reply: the EOS token, and every end-of-turn token the chat
-        template writes (for SmolLM2 both are ``<|im_end|>``; Llama 3 adds ``<|eot_id|>``)."""
+        """The ids that end a reply (generation's default stop tokens), EOS first: the set the
+        model's own runtime stops at when its file says (``config.end_of_generation_ids``:
+        llama.cpp's end-of-generation set of a GGUF file, ``generation_config.json``'s
+        ``eos_token_id`` of a folder, with the EOS), then the others ascending. Otherwise the
+        EOS token, and every end-of-turn token the chat template writes (for SmolLM2's
+        tokenizer.json both are ``<|im_end|>``; Llama 3 adds ``<|eot_id|>``)."""
+        ends = self.config.end_of_generation_ids
+        if ends is not None:
+            first = [self.eos_token_id] if self.eos_token_id in ends else []
+            return tuple(first + sorted(set(ends) - set(first)))
         ids = [] if self.eos_token_id is None else [self.eos_token_id]
-        for token in END_OF_TURN_TOKENS:
-            token_id = self.special_tokens.get(token)
-            if (token_id is not None and token_id not in ids
-                    and token in (self.chat_template or "")):
-                ids.append(token_id)
-        return tuple(ids)
+        return tuple(dict.fromkeys(ids + self.turn_ends(self.chat_template)))
 
     # ------------------------------------------------------------------ reading and writing
 

@@ -14,7 +14,11 @@ class TokenizerConfig:
     name of the pre-tokenizer of a tokenizer read from GGUF (not a Hugging Face key: it keeps
     llama.cpp's rules when the tokenizer is written as tokenizer.json); ``strip_whitespace``:
     "ascii" when added tokens strip C's ``isspace`` only, as llama.cpp does (not a Hugging
-    Face key either; None: Unicode's White_Space, as the Rust library does).
+    Face key either; None: Unicode's White_Space, as the Rust library does);
+    ``end_of_generation_ids``: the ids the model's own runtime stops at, when its file says
+    (not a Hugging Face key: llama.cpp's end-of-generation set of a GGUF file; a folder's
+    ``generation_config.json`` ``eos_token_id`` with the EOS token); None: EOS and the
+    end-of-turn tokens the chat template writes (``Tokenizer.eos_token_ids``).
     """
     bos_token: str | None = None
     eos_token: str | None = None
@@ -25,6 +29,7 @@ class TokenizerConfig:
     add_eos_token: bool | None = None
     pre_tokenizer: str | None = None
     strip_whitespace: str | None = None
+    end_of_generation_ids: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data):
@@ -57,6 +62,8 @@ class TokenizerConfig:
             raise ValueError(f"tokenizer config: strip_whitespace must be \"ascii\" or null, got "
                              f"{strip!r}")
         values["strip_whitespace"] = strip
+        values["end_of_generation_ids"] = token_ids(data.get("end_of_generation_ids"),
+                                                    "end_of_generation_ids")
         return cls(**values)
 
     @classmethod
@@ -83,3 +90,14 @@ def _default_chat_template(template):
         raise ValueError(f"tokenizer config: chat_template must be a string, got "
                          f"{type(template).__name__}")
     return template
+
+
+def token_ids(value, name):
+    """A tuple of token ids from a JSON value (a list of non-negative integers, or one; None
+    stays None)."""
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ValueError(f"{name} must be a token id or a list of token ids, got {value!r}")
+    return tuple(values)

@@ -13,14 +13,16 @@ merged by ``tokenizer.ggml.scores``). Missing keys take llama.cpp's defaults: BO
 only for the rules that say so (Llama 3's); ``add_eos_token`` false; ``add_space_prefix`` true.
 Control, user-defined and unknown tokens are matched whole in the text, like the added tokens
 of tokenizer.json, after llama.cpp's load-time rules: tokens retyped by their text, Phi-3's
-tokens taking the whitespace after them (``minillm.text.gguf_specials``). Every GGUF key is read
-in ``_gguf_fields``, through the typed reader.
+tokens taking the whitespace after them (``minillm.text.gguf_specials``). The same rules give
+llama.cpp's end-of-generation set, kept in the config (``end_of_generation_ids``): a generation
+stops where llama.cpp's does. Every GGUF key is read in ``_gguf_fields``, through the typed
+reader.
 """
 from dataclasses import replace
 import json
 
 from .bpe import byte_spelled
-from .gguf_specials import BYTE, NORMAL, gguf_added_tokens
+from .gguf_specials import BYTE, NORMAL, gguf_special_tokens
 from ..plumbing.errors import WeightsError
 from .pretokenize import DIGIT_REGEX, DIGITS_REGEX, GPT2, GPT2_REGEX, Rules, rules_named
 from .sentencepiece import SPACE, SentencePiece, merges_from_scores
@@ -232,7 +234,8 @@ def _from_gguf_fields(cls, fields):
         return None if token_id is None or token_id >= len(tokens) else tokens[token_id]
 
     eos_id = fields.get("eos_token_id", DEFAULT_IDS[kind]["eos"])
-    added = gguf_added_tokens(tokens, types, fields, eos_id if eos_id < len(tokens) else None)
+    added, ends = gguf_special_tokens(tokens, types, fields,
+                                      eos_id if eos_id < len(tokens) else None)
     whole = {token.id for token in added}
     vocab = {byte_spelled(token) if kind == "gpt2" else token: token_id
              for token_id, token in enumerate(tokens) if token_id not in whole}
@@ -257,7 +260,8 @@ def _from_gguf_fields(cls, fields):
         pad_token=token_named("padding"), unk_token=token_named("unknown"),
         add_bos_token=add_bos, add_eos_token=fields.get("add_eos_token", False),
         chat_template=fields.get("chat_template"), pre_tokenizer=pre,
-        strip_whitespace="ascii" if any(t.lstrip or t.rstrip for t in added) else None)
+        strip_whitespace="ascii" if any(t.lstrip or t.rstrip for t in added) else None,
+        end_of_generation_ids=ends)
     return cls(vocab, merges, added, config=config, **build)
 
 

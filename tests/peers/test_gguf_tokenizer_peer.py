@@ -96,7 +96,9 @@ def test_the_file_describes_smollm2(ours, transformers_tokenizer):
     assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id, ours.unk_token_id) == (
         transformers_tokenizer.bos_token_id, transformers_tokenizer.eos_token_id,
         transformers_tokenizer.pad_token_id, transformers_tokenizer.unk_token_id) == (1, 2, 2, 0)
-    assert ours.add_bos_token is False and ours.eos_token_ids == (2,)
+    # llama.cpp's end-of-generation set: <|im_end|>, <|endoftext|> and the FIM repo token
+    # (test_end_of_generation_peer.py checks it against llama.cpp).
+    assert ours.add_bos_token is False and ours.eos_token_ids == (2, 0, 4)
     assert ours.chat_template == transformers_tokenizer.chat_template
 
 
