@@ -26,7 +26,7 @@ import minillm
 from minillm.fast import ordinary_pages
 from minillm.serving import Engine
 
-from .serving import shared_requests
+from .serving import model_path, shared_requests
 
 
 def run(model, requests, huge: bool) -> list[float]:
@@ -51,11 +51,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    from minillm.cli.common import UsageError, model_file
-    try:
-        path = model_file(args.model_path)
-    except UsageError as e:
-        p.error(str(e))
+    path = model_path(p, args.model_path)
     print(f"model: {path}; load average at start: "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with minillm.threads(args.threads):

@@ -459,9 +459,18 @@ def short(file: str) -> str:
 
 # -- the run -----------------------------------------------------------------------------------
 
-def main(argv=None) -> int:
+def model_path(parser, value):
+    """The .npz file --model_path names (a file, or a fetched model's name), or the parser's
+    usage error saying why not."""
     from minillm.cli.common import UsageError, model_file
 
+    try:
+        return model_file(value)
+    except UsageError as e:
+        parser.error(str(e))
+
+
+def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(prog="python -m bench.studies.serving")
     p.add_argument("--model_path", "--model-path", default=None,
@@ -483,10 +492,7 @@ def main(argv=None) -> int:
                    help="then cProfile one engine run of workloads 1 and 2 (with prefix caching), "
                         "their N costliest functions")
     args = p.parse_args(argv)
-    try:
-        path = model_file(args.model_path)
-    except UsageError as e:
-        p.error(str(e))
+    path = model_path(p, args.model_path)
 
     load_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"command: `{' '.join(['python -m bench.studies.serving'] + argv)}`")

@@ -28,7 +28,7 @@ import numpy as np
 import minillm
 from minillm.serving import Engine
 
-from .serving import Counted, mixed_requests
+from .serving import Counted, mixed_requests, model_path
 
 
 def run_engine(model, requests, k: int | None) -> dict:
@@ -76,11 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1)
     args = p.parse_args(argv)
-    from minillm.cli.common import UsageError, model_file
-    try:
-        path = model_file(args.model_path)
-    except UsageError as e:
-        p.error(str(e))
+    path = model_path(p, args.model_path)
     with minillm.threads(args.threads):
         return compare(minillm.load(str(path)), path, args, argv)
 
