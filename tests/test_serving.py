@@ -21,7 +21,8 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 
 import minillm
 from minillm.serving import Engine
-from minillm.serving.blocks import BlockPool, PackedBatch, PagedBatch, blocks_for
+from minillm.serving.batches import PackedBatch, PagedBatch
+from minillm.serving.blocks import BlockPool, blocks_for
 from minillm.testing.strategies import model_configs
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=30,

@@ -31,7 +31,7 @@ from ..logprobs import score
 from ..sampling import choose, filtered_probs
 from ..speculative import accept_or_resample, make_drafter, score_round
 from ..stopping import start_text
-from .blocks import BlockPool, PackedBatch, PagedBatch, blocks_for
+from .batches import BlockPool, PackedBatch, PagedBatch, blocks_for
 from .prefix_cache import PrefixCache
 from .scheduler import Request, give_back_past, release, schedule
 
