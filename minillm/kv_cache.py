@@ -18,12 +18,21 @@ tokens still see, and truncating would need them back. With the plain arrays `tr
 `length = n`, exact by construction, and local and global layers share one layout. The price is
 memory the local layers never read again: 2 x (local layers) x (KV heads) x (head size) numbers
 per token of text past the window, which a ring buffer would not hold.
+
+What a forward pass asks of its cache, whatever the cache (the serving engine's block batches,
+minillm/serving/batches.py, answer the same): `positions_and_mask(T)`, where the T new tokens
+sit and which keys each may see; `sliding_window(mask, T, W)`, a local layer's view of them;
+`append(layer, k, v)`, the keys and values to attend to; `attend(q, k, v, mask, scale)`, the
+attention over them; `advance(T)`, the new tokens counted as cached.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
+
+from .layers import attention, positions_and_mask, sliding_window
 
 
 @dataclass
@@ -34,6 +43,8 @@ class KVCache:
     tokens, and at most `capacity` positions ever will (room grows up to it).
     pad: (batch,) number of left-padding tokens in each row, for batches of prompts of
     different lengths; padded keys are masked out and each row's positions start after its pad.
+    attend: Attention(q, k, v, mask, scale), the model's own (Model.new_cache gives it; the fast
+    path's computes the same numbers another way).
     """
 
     k: np.ndarray
@@ -41,12 +52,14 @@ class KVCache:
     capacity: int
     length: int = 0
     pad: np.ndarray | None = None
+    attend: Callable = field(default=attention, repr=False)
 
     @classmethod
-    def empty(cls, n_layers, batch_size, n_kv_heads, capacity, head_dim, dtype) -> "KVCache":
+    def empty(cls, n_layers, batch_size, n_kv_heads, capacity, head_dim, dtype,
+              attend: Callable = attention) -> "KVCache":
         """A cache of `capacity` positions, none of them allocated yet."""
         k = np.zeros((n_layers, batch_size, n_kv_heads, 0, head_dim), dtype=dtype)
-        return cls(k, k.copy(), capacity)
+        return cls(k, k.copy(), capacity, attend=attend)
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
@@ -73,6 +86,15 @@ class KVCache:
             raise ValueError(f"cache: its arrays {got[:3] + (self.capacity, got[4])} / "
                              f"{self.k.dtype} do not fit this model and batch (expected "
                              f"{(n_layers, B, heads, self.capacity, head_dim)} / {dtype})")
+
+    def positions_and_mask(self, T: int):
+        """The positions of T new tokens and which keys each may see (layers.positions_and_mask:
+        causality, each row's padding)."""
+        return positions_and_mask(self.v.shape[1], T, self.length, self.pad)
+
+    def sliding_window(self, mask, T: int, window: int):
+        """A local layer's view of the keys: (index of the oldest it reads, its mask)."""
+        return sliding_window(mask, self.length, T, window)
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new tokens' keys and values k, v: (B, K, T, d) at positions

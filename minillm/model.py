@@ -4,36 +4,28 @@
     x_l+1 = x_l + Attention(Norm(x_l));  x_l+1 += MLP(Norm(x_l+1))      for each layer
     logits = Norm(x_L) @ W_out.T
 
-Gemma 3's pieces are options of the modern block (ModelConfig), applied only where a model
-is configured with them, so that the Llama path never meets them:
+The other families' pieces are options of the modern block (ModelConfig says which family uses
+which), applied only where a model is configured with them, so the Llama path never meets them:
 
-    embed_scale            x_0 = sqrt(d_model) * embed(tokens)
-    post_norms             x += Norm_post(Attention(Norm(x)));  likewise for the MLP
-    qk_norm                q_h = RMSNorm(q_h) * g_q and k_h = RMSNorm(k_h) * g_k for each head
-                           h, before RoPE (g_q, g_k: head_dim gains shared by the heads)
-    activation="gelu_tanh" MLP(h) = W_down (gelu_tanh(W_gate h) * W_up h) (GeGLU)
-    query_pre_attn_scalar  scores = q . k / sqrt(query_pre_attn_scalar)
-    sliding_window W       a local layer's query at index i sees key j only if i - j < W
-                           (layers.sliding_window), and rotates by rope_local_theta
-(Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.)
-The other families' options, likewise applied only where configured:
-
-    rope_scaling           RoPE's frequencies theta_j changed (rope_scaling.py: linear, llama3,
-                           yarn): Llama 3.x, Qwen's long contexts
-    qk_norm                Qwen3, as Gemma's (no biases)
-    no_rope_layers         these layers' queries and keys are not rotated (SmolLM3)
-    pre_norms=False        x += Norm_post(Attention(x)); x += Norm_post(MLP(x))  (OLMo 2)
-    qk_norm_all_heads      q = RMSNorm(q_1 .. q_H) * g_q over all H d values, k likewise (OLMo 2)
-    embedding_multiplier   x_0 = m_e embed(tokens)                                (Granite)
-    residual_multiplier    x += m_r F(Norm(x))
-    attention_multiplier   scores = m_a q . k
-    logit_scale            logits = Norm(x_L) @ W_out.T / logit_scale
-(Phi-3's fused q/k/v and gate/up projections are minillm's own layout: no option.)
+    embed_scale, embedding_multiplier m_e   x_0 = sqrt(d_model) * embed(tokens), x_0 = m_e * ...
+    pre_norms=False, post_norms             x += Norm_post(F(x)), x += Norm_post(F(Norm(x)))
+    residual_multiplier m_r                 x += m_r F(Norm(x))
+    qk_norm                                 q_h = RMSNorm(q_h) * g_q, k_h likewise, per head h,
+                                            before RoPE (g_q, g_k: head_dim gains)
+    qk_norm_all_heads                       q = RMSNorm(q_1 .. q_H) * g_q over all H d values
+    activation="gelu_tanh"                  MLP(h) = W_down (gelu_tanh(W_gate h) * W_up h)
+    query_pre_attn_scalar s, attention_multiplier m_a    scores = q . k / sqrt(s), = m_a q . k
+    sliding_window W                        a local layer's query at index i sees key j only
+                                            if i - j < W, and rotates by rope_local_theta
+    rope_scaling, no_rope_layers            RoPE's frequencies changed (rope_scaling.py); these
+                                            layers' queries and keys not rotated
+    logit_scale                             logits = Norm(x_L) @ W_out.T / logit_scale
+(Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.
+Phi-3's fused q/k/v and gate/up projections are minillm's own layout: no option.)
 """
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,8 +34,7 @@ from .config import ModelConfig
 from .parameters import random_params
 from .inputs import check_pad, check_tokens
 from .kv_cache import KVCache
-from .layers import (ACTIVATIONS, apply_rope, attention, layer_norm, linear, positions_and_mask,
-                     rms_norm, rope_tables, sliding_window)
+from .layers import ACTIVATIONS, apply_rope, attention, layer_norm, linear, rms_norm, rope_tables
 
 
 @dataclass(eq=False)
@@ -57,9 +48,10 @@ class Model:
     tokenizer: object = None
     dtype: np.dtype = field(init=False, repr=False)
     output_weight: object = field(init=False, repr=False)
-    _rope: dict = field(init=False, repr=False)
-    _theta: list = field(init=False, repr=False)
-    _local: list = field(init=False, repr=False)
+    _rope_tables: dict = field(init=False, repr=False)
+    _rope_length: int = field(init=False, repr=False)
+    _rope_of_layer: list = field(init=False, repr=False)
+    _is_local: list = field(init=False, repr=False)
 
     def __post_init__(self):
         cfg = self.config
@@ -67,15 +59,17 @@ class Model:
         self.dtype = self.params["final_norm.weight"].dtype
         # The output layer (V, D): the token embedding itself when tied.
         self.output_weight = self.params.get("lm_head.weight", self.params["tok_emb.weight"])
-        # RoPE base -> (cos, sin), each (L, 1, d) for positions < L: none until _grow_rope
+        # Per layer, read once: whether it is local (a sliding window) and the key of its RoPE
+        # tables, (base, scaled) or None for no rotation (only global layers are scaled); the
+        # tables (cos, sin), each (L, 1, d) for positions < L = _rope_length, grow with the text.
         empty = np.empty((0, 1, cfg.head_dim), self.dtype)
-        # Per layer, read once: whether it is local (a sliding window) and its RoPE tables'
-        # key, (base, scaled) or None for no rotation (only global layers are scaled).
-        self._local = [cfg.is_local(layer) for layer in range(cfg.n_layers)]
-        self._theta = [None if cfg.rope_base(i) is None else
-                       (cfg.rope_base(i), cfg.rope_scaling is not None and not self._local[i])
-                       for i in range(cfg.n_layers)]
-        self._rope = {key: (empty, empty) for key in set(self._theta) - {None}}
+        self._is_local = [cfg.is_local(layer) for layer in range(cfg.n_layers)]
+        self._rope_of_layer = [
+            None if cfg.rope_base(i) is None else
+            (cfg.rope_base(i), cfg.rope_scaling is not None and not self._is_local[i])
+            for i in range(cfg.n_layers)]
+        self._rope_tables = {key: (empty, empty) for key in set(self._rope_of_layer) - {None}}
+        self._rope_length = 0
 
     @property
     def vocab_size(self) -> int:
@@ -101,16 +95,22 @@ class Model:
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         return KVCache.empty(cfg.n_layers, batch_size, cfg.n_kv_heads, capacity, cfg.head_dim,
-                             self.dtype)
+                             self.dtype, self.attend)
+
+    def zeros(self, shape) -> np.ndarray:
+        """An array of zeros in the activations' dtype: what a serving engine holds its keys
+        and values in (the fast path makes it in the pages that suit it)."""
+        return np.zeros(shape, self.dtype)
 
     def forward(self, tokens, cache: KVCache | None = None, pad=None,
                 last: int | None = None) -> np.ndarray:
         """Logits for every position: (B, T) token ids -> (B, T, vocab_size).
 
-        Without a cache the tokens are the whole text. With one, they continue the text the
-        cache holds: their keys and values are written at rows [length, length + T), they
-        attend to everything cached, and `cache.length` grows by T. (A `packed` cache holds
-        several texts end to end in one row and gives the positions and the mask itself.)
+        Without a cache the tokens are the whole text (read through a cache made for this
+        pass). With one, they continue the text the cache holds: their keys and values are
+        written at rows [length, length + T), they attend to everything cached, and
+        `cache.length` grows by T. The cache says where the new tokens sit, which keys each
+        sees and how attention reads them (kv_cache.py; the serving engine's batches too).
         pad: (B,) count of left-padding tokens per row (ragged batches); with a cache it is
         given once, at prefill, and remembered.
         last: only the logits of the last `last` positions, or of those listed (an index
@@ -119,29 +119,27 @@ class Model:
         cfg, w = self.config, self.params
         tokens = check_tokens(tokens, cfg.vocab_size)
         B, T = tokens.shape
-        start = 0 if cache is None else cache.length
         if cache is None:
             if T > cfg.context_length:
                 raise ValueError(f"tokens: {T} tokens exceed the context length "
                                  f"{cfg.context_length}")
-            pad = None if pad is None else check_pad(pad, B, T)
+            cache = self.new_cache(B, capacity=T)
         else:
             cache.check_fits((cfg.n_layers, B, cfg.n_kv_heads, cfg.head_dim), self.dtype)
-            if pad is not None and start:
+        if pad is not None:  # the one place a cache learns its rows' padding (but a slide)
+            if np.any(cache.length):
                 raise ValueError("pad: padding can only be given at prefill (empty cache)")
-            if pad is not None:  # the one place a cache learns its rows' padding (but a slide)
-                cache.pad = check_pad(pad, B, cache.capacity)  # may outlast this first chunk
-            pad = cache.pad
-        packed = getattr(cache, "packed", False)  # texts end to end in one row (serving)
-        positions, mask = cache.positions_and_mask() if packed else \
-            positions_and_mask(B, T, start, pad)
-        self._grow_rope(int(np.max(start)) + T)  # the furthest any row reaches
-        # The keys a layer reads, (from index, mask): all of them, or a local layer's window.
-        seen = [(0, mask)] * cfg.n_layers
+            cache.pad = check_pad(pad, B, cache.capacity)  # may outlast this first chunk
+        positions, mask = cache.positions_and_mask(T)
+        end = int(np.max(cache.length)) + T  # the furthest any row reaches
+        if end > self._rope_length:
+            self._grow_rope(end)
+        # The keys each layer reads, (index of the oldest, mask): all of them, or a local
+        # layer's window.
+        views = [(0, mask)] * cfg.n_layers
         if cfg.sliding_window is not None:
-            window = cache.sliding_window(mask, cfg.sliding_window) if packed else \
-                sliding_window(mask, start, T, cfg.sliding_window)
-            seen = [window if local else every for local, every in zip(self._local, seen)]
+            window = cache.sliding_window(mask, T, cfg.sliding_window)
+            views = [window if local else view for local, view in zip(self._is_local, views)]
 
         x = w["tok_emb.weight"][tokens].astype(self.dtype, copy=False)  # (B, T, D)
         if cfg.arch == "classic":
@@ -154,15 +152,14 @@ class Model:
         for layer in range(cfg.n_layers):  # x += Attention(Norm(x)); x += MLP(Norm(x))
             name = f"layers.{layer}."
             h = self._norm(x, name + "attn_norm") if cfg.pre_norms else x
-            h = self._attention(h, name, layer, positions, seen[layer], cache)
+            h = self._attention(h, name, layer, positions, views[layer], cache)
             h = self._norm(h, name + "attn_post_norm") if cfg.post_norms else h
             x += h if r == 1.0 else r * h
             h = self._norm(x, name + "mlp_norm") if cfg.pre_norms else x
             h = self._mlp(h, name)
             h = self._norm(h, name + "mlp_post_norm") if cfg.post_norms else h
             x += h if r == 1.0 else r * h
-        if cache is not None:
-            cache.advance(T)
+        cache.advance(T)
         if last is not None:  # the output layer only where logits are wanted
             x = x[:, -last:] if np.ndim(last) == 0 else x[:, last]
         logits = linear(self._norm(x, "final_norm"), self.output_weight)  # (B, T, V)
@@ -173,14 +170,13 @@ class Model:
     def _grow_rope(self, end: int) -> None:
         """Extend the RoPE tables to positions < end, doubling up to the context length."""
         cfg = self.config
-        for (theta, scaled), (cos, _) in self._rope.items():
-            if len(cos) < end:
-                length = min(max(end, 2 * len(cos)), cfg.context_length)
-                cos, sin = rope_tables(length, cfg.head_dim, theta, self.dtype,
-                                       cfg.rope_scaling if scaled else None)
-                self._rope[theta, scaled] = (cos[:, None], sin[:, None])
+        self._rope_length = min(max(end, 2 * self._rope_length), cfg.context_length)
+        for theta, scaled in self._rope_tables:
+            cos, sin = rope_tables(self._rope_length, cfg.head_dim, theta, self.dtype,
+                                   cfg.rope_scaling if scaled else None)
+            self._rope_tables[theta, scaled] = (cos[:, None], sin[:, None])
 
-    def _attention(self, h, name, layer, positions, seen, cache):
+    def _attention(self, h, name, layer, positions, view, cache):
         cfg, w = self.config, self.params
         B, T, _ = h.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -189,20 +185,18 @@ class Model:
         qk = qkv[:, :, :H + K]
         if cfg.qk_norm:
             qk = self._qk_norm(qk, name)
-        if self._theta[layer] is not None:  # (not the classic model, nor SmolLM3's NoPE layers)
+        if self._rope_of_layer[layer] is not None:  # (not the classic model, nor NoPE layers)
             # Rotate queries and keys together: one call for the H + K heads.
-            cos, sin = self._rope[self._theta[layer]]
+            cos, sin = self._rope_tables[self._rope_of_layer[layer]]
             qk = apply_rope(qk, cos[positions], sin[positions])  # tables (.., T, 1, d)
         q = qk[:, :, :H].transpose(0, 2, 1, 3)  # (B, H, T, d)
         k = qk[:, :, H:].transpose(0, 2, 1, 3)  # (B, K, T, d)
         v = qkv[:, :, H + K:].transpose(0, 2, 1, 3)  # (B, K, T, d)
-        if cache is not None:
-            k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
-        first, mask = seen  # a local layer reads only the keys of its window
+        k, v = cache.append(layer, k, v)  # (B, K, S, d): the cached tokens and these
+        oldest, mask = view  # a local layer reads only the keys of its window
         scale = cfg.attention_multiplier if cfg.query_pre_attn_scalar is None else \
             cfg.query_pre_attn_scalar ** -0.5
-        attend = cache.attend if getattr(cache, "packed", False) else self.attend
-        out = attend(q, k[:, :, first:], v[:, :, first:], mask, scale)  # (B, H, T, d)
+        out = cache.attend(q, k[:, :, oldest:], v[:, :, oldest:], mask, scale)  # (B, H, T, d)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, H * d)
         return linear(out, w[name + "attn.out.weight"], w.get(name + "attn.out.bias"))
 
@@ -218,10 +212,10 @@ class Model:
         k = self._norm(qk[:, :, H:].reshape(B, T, K * d), name + "attn.k_norm")
         return np.concatenate([q, k], axis=2).reshape(B, T, H + K, d)
 
-    # Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given: a subclass
-    # may compute the same another way (the fast path's tiled attention).
+    # Attention(Q, K, V) = softmax(s Q K^T + M) V, s = 1 / sqrt(d) unless given, which the
+    # model's caches run: a subclass may compute the same another way (the fast path's tiled
+    # attention).
     attend = staticmethod(attention)
-    pool_pages = staticmethod(nullcontext)  # where a serving engine makes its block pool
 
     def _mlp(self, h, name):
         cfg, w = self.config, self.params

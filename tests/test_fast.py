@@ -368,17 +368,18 @@ def test_only_a_product_with_a_large_output_is_made_in_ordinary_pages(monkeypatc
 
 
 def test_a_serving_engine_on_the_fast_model_makes_its_pool_in_ordinary_pages(monkeypatch):
-    """The fast model's engine makes its block pool without NumPy's huge-page advice
-    (Model.pool_pages); the reference model's as NumPy makes any array; the setting is as
-    before once the pool is made."""
-    from minillm.serving import Engine, blocks
-    advice, made = [], blocks.BlockPool.empty.__func__
+    """The engine makes its block pool with model.zeros: the fast model's without NumPy's
+    huge-page advice, the reference model's as NumPy makes any array; the setting is as before
+    once the pool is made."""
+    from minillm.model import Model
+    from minillm.serving import Engine
+    advice, made = [], Model.zeros
 
-    def noted(cls, *shape):
+    def noted(self, shape):
         advice.append(huge_page_advice())
-        return made(cls, *shape)
+        return made(self, shape)
 
-    monkeypatch.setattr(blocks.BlockPool, "empty", classmethod(noted))
+    monkeypatch.setattr(Model, "zeros", noted)
     original = huge_page_advice()
     try:
         np._core.multiarray._set_madvise_hugepage(True)
@@ -387,6 +388,6 @@ def test_a_serving_engine_on_the_fast_model_makes_its_pool_in_ordinary_pages(mon
                                                          d_ff=32, context_length=32))
         Engine(model, num_blocks=4)
         Engine(fast.accelerate(model), num_blocks=4)
-        assert advice == [True, False] and huge_page_advice() is True
+        assert advice == [True, True, False, False] and huge_page_advice() is True
     finally:
         np._core.multiarray._set_madvise_hugepage(original)

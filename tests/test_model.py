@@ -205,11 +205,11 @@ def with_whole_tables(model):
     """The model as it was built before its RoPE tables grew with the text: tables of every
     position < context_length (layers.rope_tables), built at once and looked up."""
     cfg, whole = model.config, copy.copy(model)
-    whole._rope = {}
-    for theta, scaled in model._rope:  # a layer's RoPE base, and whether it is scaled
+    whole._rope_tables = {}
+    for theta, scaled in model._rope_tables:  # a layer's RoPE base, and whether it is scaled
         cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, model.dtype,
                                cfg.rope_scaling if scaled else None)
-        whole._rope[theta, scaled] = (cos[:, None], sin[:, None])
+        whole._rope_tables[theta, scaled] = (cos[:, None], sin[:, None])
     whole._grow_rope = lambda end: None
     return whole
 
@@ -262,4 +262,4 @@ def test_a_model_of_the_longest_context_allocates_only_what_its_text_uses(fast):
         tracemalloc.stop()
     assert np.isfinite(logits).all()
     assert peak < whole_tables / 256, f"peak {peak} bytes"
-    assert {len(cos) for cos, _ in model._rope.values()} == {120}  # 60, then doubled
+    assert {len(cos) for cos, _ in model._rope_tables.values()} == {120}  # 60, then doubled

@@ -68,8 +68,8 @@ def test_only_global_layers_are_scaled_and_no_rope_layers_are_not_rotated():
                               rope_scaling={"type": "linear", "factor": 2.0},
                               no_rope_layers=(3,))
     model = minillm.random_model(cfg, seed=0, dtype="float64")
-    assert model._theta == [(10.0, False), (10000.0, True), (10.0, False), None]
+    assert model._rope_of_layer == [(10.0, False), (10000.0, True), (10.0, False), None]
     model.forward(np.array([[1, 2, 3, 4, 5]]))
-    cos, _ = model._rope[10000.0, True]
+    cos, _ = model._rope_tables[10000.0, True]
     expected, _ = rope_tables(len(cos), 8, 10000.0, np.float64, cfg.rope_scaling)
     np.testing.assert_array_equal(cos[:, 0], expected)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 
 import minillm
-from minillm import model as model_module
+from minillm import kv_cache as cache_module
 from minillm import speculative
 from minillm.generate import decode_steps
 from minillm.knobs import generation_config
@@ -76,7 +76,7 @@ def off_by_one(model):
 
 def one_token_ahead(monkeypatch):
     """Bug: the causal mask lets every token see the next one too."""
-    original = model_module.positions_and_mask
+    original = cache_module.positions_and_mask
 
     def leaky(B, T, start, pad):
         positions, mask = original(B, T, start, pad)
@@ -84,7 +84,7 @@ def one_token_ahead(monkeypatch):
             mask = mask | np.eye(mask.shape[-2], mask.shape[-1], k=start + 1, dtype=bool)
         return positions, mask
 
-    monkeypatch.setattr(model_module, "positions_and_mask", leaky)
+    monkeypatch.setattr(cache_module, "positions_and_mask", leaky)
 
 
 @pytest.mark.parametrize("model", [MODERN, CLASSIC], ids=["modern", "classic"])
@@ -127,7 +127,7 @@ def padding_attended(model):
 
 def padding_counted_as_positions(monkeypatch):
     """Bug: padding is masked, but each row's positions count from column 0."""
-    original = model_module.positions_and_mask
+    original = cache_module.positions_and_mask
 
     def from_column_0(B, T, start, pad):
         positions, mask = original(B, T, start, pad)
@@ -135,7 +135,7 @@ def padding_counted_as_positions(monkeypatch):
             positions = np.broadcast_to(np.arange(start, start + T), (B, T))
         return positions, mask
 
-    monkeypatch.setattr(model_module, "positions_and_mask", from_column_0)
+    monkeypatch.setattr(cache_module, "positions_and_mask", from_column_0)
 
 
 @pytest.mark.parametrize("model", [MODERN, CLASSIC], ids=["modern", "classic"])

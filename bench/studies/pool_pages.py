@@ -7,7 +7,7 @@ on the shared-prompt workload, a new engine each run, the two alternated in one 
 The workload is bench.studies.serving's second: 16 requests sharing a 500-token system prompt,
 a question of 8-24 tokens each, 8 new tokens, greedy, prefix caching on. "huge pages" makes the
 pool as NumPy makes any array of 4 MiB or more (its madvise for transparent huge pages, the
-reference Model's `pool_pages`); "ordinary pages" as the fast model does (`fast.ordinary_pages`).
+reference Model's `zeros`); "ordinary pages" as the fast model does (`FastModel.zeros`).
 Everything else is the same fast model. With the kernel's defrag setting "madvise" (its
 default), the first touch of each 2 MiB of advised memory waits while memory is compacted, and
 the pool's blocks are first touched as requests grow. Prints each run's step times and the
@@ -16,14 +16,15 @@ medians of the first step and of the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import time
+import types
 
 import numpy as np
 
 import minillm
-from minillm.fast import ordinary_pages
+from minillm.fast import FastModel
+from minillm.model import Model
 from minillm.serving import Engine
 
 from .serving import model_path, shared_requests
@@ -31,7 +32,8 @@ from .serving import model_path, shared_requests
 
 def run(model, requests, huge: bool) -> list[float]:
     """The seconds of each step of one engine run (a new engine, its pool made either way)."""
-    model.pool_pages = contextlib.nullcontext if huge else ordinary_pages  # this model's own
+    # this model's own way to make the pool: the reference's, or the fast model's
+    model.zeros = types.MethodType(Model.zeros if huge else FastModel.zeros, model)
     engine = Engine(model)
     for prompt, new in requests:
         engine.add_request(prompt, max_new_tokens=new, temperature=0, stop_tokens=())

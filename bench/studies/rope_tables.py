@@ -33,10 +33,10 @@ def with_tables(model):
     < context_length, built now and never grown."""
     cfg = model.config
     tabled = copy.copy(model)
-    tabled._rope = {}
-    for theta in model._rope:
+    tabled._rope_tables = {}
+    for theta in model._rope_tables:
         cos, sin = rope_tables(cfg.context_length, cfg.head_dim, theta, model.dtype)
-        tabled._rope[theta] = (cos[:, None], sin[:, None])
+        tabled._rope_tables[theta] = (cos[:, None], sin[:, None])
     tabled._grow_rope = lambda end: None
     return tabled
 
@@ -44,7 +44,7 @@ def with_tables(model):
 def contenders(model, prompt: int, steps: int) -> tuple[dict, dict, int]:
     """{name: run(n)} for the prefill and for the decode steps, and the tables' bytes."""
     tabled = with_tables(model)
-    nbytes = sum(cos.nbytes + sin.nbytes for cos, sin in tabled._rope.values())
+    nbytes = sum(cos.nbytes + sin.nbytes for cos, sin in tabled._rope_tables.values())
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, model.vocab_size, (1, prompt + steps))
     prefill, decode = {}, {}
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
                                                  warm=args.prompt), 1)
         report("decode", measure(decode, args.repeats, args.steps, warm=args.steps),
                args.steps)
-        grown = sum(cos.nbytes + sin.nbytes for cos, sin in model._rope.values())
+        grown = sum(cos.nbytes + sin.nbytes for cos, sin in model._rope_tables.values())
         print(f"  tables held: growing {grown / 2**10:.1f} KiB, whole {nbytes / 2**10:.1f} KiB")
         build = {"growing": lambda n: dataclasses.replace(model),
                  "whole": lambda n: with_tables(dataclasses.replace(model))}

@@ -163,11 +163,12 @@ class FastModel(Model):
             return step.logits.argmax(axis=-1)
         return choose(step.probs, knobs, rng)
 
-    def pool_pages(self):
+    def zeros(self, shape) -> np.ndarray:
         """A serving engine's block pool in ordinary pages (`ordinary_pages`): requests touch
         its blocks a few at a time, and with NumPy's huge-page advice each first touch of 2 MiB
         may wait while the kernel compacts memory (docs/SERVING.md, "Measured")."""
-        return ordinary_pages()
+        with ordinary_pages():
+            return super().zeros(shape)
 
     def attend(self, q, k, v, mask, scale=None):
         """The same attention a tile at a time, the causal mask's hidden half never computed

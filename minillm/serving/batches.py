@@ -1,25 +1,28 @@
-"""The paged KV cache as a forward pass sees it: the rows of a step's requests read and written
-through their block tables (blocks.py holds the pool).
+"""The paged KV cache as a forward pass sees it: the rows of a step's requests, read and written
+through their block tables (the pool and who holds which block: block_manager.py).
 
 `PagedBatch`: a row per request, every row computing as many new tokens (a step of decodes).
 `PackedBatch`: the requests' chunks of different lengths end to end in one row (a step that
-reads prompts too). Each implements the cache interface Model.forward speaks (kv_cache.py), and
-reads the keys and values of a request in the order a contiguous cache holds them, so the
-logits are the contiguous cache's (tests/test_serving.py).
+reads prompts too). Each answers what Model.forward asks of any cache (kv_cache.py):
+positions_and_mask, sliding_window, append, attend, advance; and each reads a request's keys
+and values in the order a contiguous cache holds them, so the logits are the contiguous
+cache's (tests/test_serving.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .blocks import BlockPool, blocks_for
+from ..layers import attention, positions_and_mask, sliding_window
+from .blocks import blocks_for
 
 
-def write(pool: BlockPool, layer: int, blocks, offsets, k, v) -> None:
+def write(pool, layer: int, blocks, offsets, k, v) -> None:
     """The new keys and values k, v (B, K, T, d) into the pool at (blocks, offsets), (B, T)
     each. They are copied whole into (B, T, K, d) first: a scattered write from a strided
-    source copies element by element, about 200 times slower."""
+    source would copy element by element."""
     pool.k[layer, blocks, offsets] = np.ascontiguousarray(k.swapaxes(1, 2))
     pool.v[layer, blocks, offsets] = np.ascontiguousarray(v.swapaxes(1, 2))
 
@@ -34,17 +37,18 @@ def gather(blocks: np.ndarray) -> np.ndarray:
 
 @dataclass(eq=False)
 class PagedBatch:
-    """What one forward pass of Model.forward sees as its cache: rows of requests, each
-    continuing its own text. Row r has `length[r]` positions computed, in the blocks of
-    `tables[r]`; the pass appends T new positions to every row, for which the tables already
-    hold blocks. The Model's cache protocol: check_fits, length, pad, append, advance."""
+    """Rows of requests, each continuing its own text by the same number T of new tokens. Row r
+    has `length[r]` positions computed, in the blocks of `tables[r]`, which already hold blocks
+    for its T new positions. A row's keys are gathered from its table; the positions past its
+    own end that the longest row's width adds are hidden by the mask (a start per row,
+    layers.positions_and_mask), so their weights are exactly 0."""
 
-    pool: BlockPool
+    pool: object  # .k, .v: (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     tables: list  # per row, its block ids
-    length: np.ndarray  # (B,) positions computed per row: where its new tokens start (one
-    # row may give a count instead: speculative.py's view of one request, which rolls back)
+    length: np.ndarray  # (B,) positions computed per row: where its new tokens start
+    attend: Callable = field(default=attention, repr=False)  # the model's attention
     pad: None = None  # rows are never padded: each has its own start instead
-    where: tuple | None = None  # blocks_of_new_positions, once per pass
+    slots: tuple | None = None  # where the new positions go (slots_of_new_positions), per pass
 
     def check_fits(self, shape, dtype) -> None:
         n_layers, B, heads, head_dim = shape
@@ -55,80 +59,92 @@ class PagedBatch:
                              f"{len(self.tables)} rows does not fit this model and batch "
                              f"(expected {shape} / {dtype})")
 
+    def positions_and_mask(self, T: int):
+        return positions_and_mask(len(self.tables), T, self.length, None)
+
+    def sliding_window(self, mask, T: int, window: int):
+        return sliding_window(mask, self.length, T, window)
+
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new keys and values k, v (B, K, T, d) at positions [length_r, length_r +
         T) of each row's blocks, and return each row's keys and values gathered from its table,
-        (B, K, S, d) with S = max_r length_r + T. A row's positions past its own end hold
-        whatever its table's padding points at, and the mask hides them (a start per row in
-        layers.positions_and_mask): their weights are exactly 0."""
-        T = k.shape[2]
-        if self.where is None:  # the same blocks for every layer: found once per pass
-            self.where = self.blocks_of_new_positions(T)
-        blocks, offsets, tables, end = self.where
+        (B, K, S, d) with S = max_r length_r + T."""
+        if self.slots is None:  # the same blocks for every layer: found once per pass
+            self.slots = self.slots_of_new_positions(k.shape[2])
+        blocks, offsets, tables, S = self.slots
         write(self.pool, layer, blocks, offsets, k, v)
-        keys = gather(self.pool.k[layer, tables])[:, :, :end]  # (B, K, S, d)
-        values = gather(self.pool.v[layer, tables])[:, :, :end]
+        keys = gather(self.pool.k[layer, tables])[:, :, :S]  # (B, K, S, d)
+        values = gather(self.pool.v[layer, tables])[:, :, :S]
         return keys, values
 
-    def blocks_of_new_positions(self, T: int):
+    def slots_of_new_positions(self, T: int):
         """(blocks, offsets) of the T new positions of every row, (B, T) each; the rows'
         tables as one (B, n) array, each padded with its first block to the longest; S."""
-        length = np.atleast_1d(self.length)
-        bs, end = self.pool.block_size, int(length.max()) + T
-        n = blocks_for(end, bs)
+        bs, S = self.pool.block_size, int(self.length.max()) + T
+        n = blocks_for(S, bs)
         tables = np.array([table[:n] + table[:1] * (n - len(table[:n]))
                            for table in self.tables])  # (B, n)
-        new = length[:, None] + np.arange(T)  # (B, T) the new positions
-        return np.take_along_axis(tables, new // bs, axis=1), new % bs, tables, end
+        new = self.length[:, None] + np.arange(T)  # (B, T) the new positions
+        return np.take_along_axis(tables, new // bs, axis=1), new % bs, tables, S
 
     def advance(self, n: int) -> None:
         """Count the n positions just appended to every row as computed."""
-        self.length, self.where = self.length + n, None
+        self.length, self.slots = self.length + n, None
 
-    def truncate(self, n: int) -> None:
-        """Forget every position from n on (one row: speculative decoding's rollback); the
-        blocks past it are the engine's to give back."""
-        self.length, self.where = int(n), None
+
+class Span(NamedTuple):
+    """One request's place in a packed pass: its new tokens' columns in the row (queries) and
+    its blocks' positions among the gathered keys (keys)."""
+
+    queries: slice
+    keys: slice
 
 
 @dataclass(eq=False)
 class PackedBatch:
-    """One forward pass for requests computing different numbers of tokens (a step's decodes
-    and prompt chunks together): their new tokens laid end to end in one row of T = sum_r n_r
-    tokens, as variable-length attention batches them (FlashAttention's varlen, vLLM). The
-    linear layers, norms and RoPE see one (1, T) row, each token at its own position; attention
-    keeps each text to itself:
+    """One forward pass for requests computing different numbers of tokens (a step's decodes and
+    prompt chunks together), as variable-length attention batches them (FlashAttention's varlen,
+    vLLM): their new tokens end to end in one row of T = sum_r n_r tokens. The linear layers,
+    norms and RoPE see one (1, T) row, each token at its own position; the keys are every
+    request's blocks end to end, in request order. Two requests, blocks of 4 positions:
 
-        query i (request r_i, position p_i) sees key j (request r_j, position p_j)
-            iff r_i = r_j and p_j <= p_i            (and p_i - p_j < W in a local layer)
+        request            A: 2 positions cached, 1 new      B: none cached, 3 new
+        the row (queries)  a2 | b0 b1 b2                     T = 4
+        the keys           a0 a1 a2 .  | b0 b1 b2 .          S = 8 (each request's blocks)
+        spans              A: queries [0, 1), keys [0, 4)    B: queries [1, 4), keys [4, 8)
 
-    The keys are every request's blocks end to end, in request order, gathered at once; the
-    positions past a request's end that its last block holds are hidden by the same rule, and
-    attention runs a request at a time (`attend`), so no score is spent on another's keys. The
-    Model's cache protocol, plus `packed`: the model then takes the positions and the mask from
-    here (positions_and_mask, sliding_window), and attention from `attend`."""
+    Query i (request r_i, position p_i) sees key j (request r_j, position p_j)
 
-    pool: BlockPool
+        iff r_i = r_j and p_j <= p_i            (and p_i - p_j < W in a local layer)
+
+    so "." (a block's room past its request's end) is seen by nobody; and attention runs a span
+    at a time (`attend`), so no score is spent on another request's keys."""
+
+    pool: object  # .k, .v: (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     tables: list  # per request, its block ids (holding blocks for the new positions)
     length: np.ndarray  # (R,) positions computed per request
     counts: np.ndarray  # (R,) new tokens per request, laid end to end in this order
-    inner: object  # the model's attention (Model.attend), which `attend` runs per request
+    attention: Callable = field(default=attention, repr=False)  # the model's, run per span
     pad: None = None
-    packed: bool = True
 
     def __post_init__(self):
         bs, R = self.pool.block_size, len(self.tables)
-        ends = self.length + self.counts
-        held = blocks_for(ends, bs) * bs  # (R,) positions of the blocks each request reads
-        self.spans = list(zip(np.cumsum(self.counts) - self.counts, np.cumsum(self.counts),
-                              np.cumsum(held) - held, np.cumsum(held)))  # its queries, keys
-        self.blocks = np.concatenate([table[:n // bs] for table, n in zip(self.tables, held)])
-        self.query = (np.repeat(np.arange(R), self.counts),  # (T,) request and position
-                      np.concatenate([np.arange(s, e) for s, e in zip(self.length, ends)]))
-        self.key = (np.repeat(np.arange(R), held),  # (S,) request and position of each key
-                    np.concatenate([np.arange(n) for n in held]))
-        new = np.repeat(np.cumsum(held) - held, self.counts) + self.query[1]  # (T,) among keys
-        self.new = self.blocks[new // bs][None], (new % bs)[None]  # (1, T) blocks, offsets
+        ends = self.length + self.counts  # (R,) each request's length after the pass
+        widths = blocks_for(ends, bs) * bs  # (R,) the positions of the blocks each one reads
+        query_starts = np.cumsum(self.counts) - self.counts  # (R,) where each span begins
+        key_starts = np.cumsum(widths) - widths
+        self.spans = [Span(slice(q, q + n), slice(k, k + w))
+                      for q, n, k, w in zip(query_starts, self.counts, key_starts, widths)]
+        # (S / bs,) the blocks read, each request's in table order
+        self.blocks = np.concatenate([table[:w // bs] for table, w in zip(self.tables, widths)])
+        # Each query and each key as (request, position): (T,) and (S,) arrays.
+        self.query = (np.repeat(np.arange(R), self.counts),
+                      np.concatenate([np.arange(a, b) for a, b in zip(self.length, ends)]))
+        self.key = (np.repeat(np.arange(R), widths), np.concatenate([np.arange(w) for w in widths]))
+        # Where the new tokens' keys and values go: their index among the keys, as (block,
+        # offset), (1, T) each.
+        index = np.repeat(key_starts, self.counts) + self.query[1]  # (T,)
+        self.slots = self.blocks[index // bs][None], (index % bs)[None]
 
     def check_fits(self, shape, dtype) -> None:
         pool = self.pool.k
@@ -137,31 +153,32 @@ class PackedBatch:
                              f"packed row does not fit this model and batch (expected {shape} "
                              f"/ {dtype})")
 
-    def positions_and_mask(self):
-        """Positions (1, T) and the mask (T, S): a query sees its own text's keys, up to its
+    def positions_and_mask(self, T: int):
+        """Positions (1, T) and the mask (T, S): a query sees its own request's keys, up to its
         own position."""
-        (rq, pq), (rk, pk) = self.query, self.key
-        return pq[None], (rq[:, None] == rk) & (pk <= pq[:, None])
+        (query_request, query_position), (key_request, key_position) = self.query, self.key
+        return query_position[None], ((query_request[:, None] == key_request)
+                                      & (key_position <= query_position[:, None]))
 
-    def sliding_window(self, mask, window: int):
+    def sliding_window(self, mask, T: int, window: int):
         """A local layer's view, as layers.sliding_window: (0, the mask with p_i - p_j < W)."""
         return 0, mask & (self.query[1][:, None] - self.key[1] < window)
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write the new keys and values k, v (1, K, T, d) in each request's blocks and return
         every request's blocks end to end, (1, K, S, d)."""
-        write(self.pool, layer, *self.new, k, v)
+        write(self.pool, layer, *self.slots, k, v)
         return (gather(self.pool.k[layer, self.blocks][None]),
                 gather(self.pool.v[layer, self.blocks][None]))
 
     def attend(self, q, k, v, mask, scale=None):
-        """Attention a request at a time: its queries (1, H, n_r, d) against its own keys and
-        values (1, K, S_r, d), its part of the mask; the other requests' keys, which the mask
-        hides, would weigh exactly 0. Returns (1, H, T, d)."""
+        """Attention a span at a time: a request's queries (1, H, n_r, d) against its own keys
+        and values (1, K, S_r, d), its part of the mask; the other requests' keys, which the
+        mask hides, would weigh exactly 0. Returns (1, H, T, d)."""
         out = np.empty(q.shape, np.result_type(q, v))
-        for a, b, c, e in self.spans:
-            out[:, :, a:b] = self.inner(q[:, :, a:b], k[:, :, c:e], v[:, :, c:e],
-                                        mask[a:b, c:e], scale)
+        for queries, keys in self.spans:
+            out[:, :, queries] = self.attention(q[:, :, queries], k[:, :, keys], v[:, :, keys],
+                                                mask[queries, keys], scale)
         return out
 
     def advance(self, n: int) -> None:

@@ -31,7 +31,8 @@ from ..logprobs import score
 from ..sampling import choose, filtered_probs
 from ..speculative import accept_or_resample, make_drafter, score_round
 from ..stopping import start_text
-from .batches import BlockPool, PackedBatch, PagedBatch, blocks_for
+from .batches import PackedBatch, PagedBatch
+from .blocks import BlockPool, blocks_for
 from .prefix_cache import PrefixCache
 from .scheduler import Request, give_back_past, release, schedule
 
@@ -79,9 +80,9 @@ class Engine:
         if num_blocks is None:  # room for 16,384 positions, or one whole context if longer
             num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
         self.model = model
-        with model.pool_pages():  # the fast path's: ordinary pages (fast/model.py)
-            self.pool = BlockPool.empty(cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads,
-                                        cfg.head_dim, model.dtype)
+        shape = (cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
+        self.pool = BlockPool(model.zeros(shape), model.zeros(shape),
+                              list(range(num_blocks))[::-1], [0] * num_blocks)
         self.prefix = PrefixCache() if prefix_caching else None
         self.max_batch_tokens = max_batch_tokens
         self.running, self.waiting = [], deque()
@@ -89,7 +90,6 @@ class Engine:
         self.next_id, self.counts = 0, Stats()
 
     # -- requests in and out -------------------------------------------------------------------
-
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
                     **knobs) -> int:
@@ -169,7 +169,7 @@ class Engine:
         counts = np.array([len(t) for t in texts])
         wants = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else 1 for r, _ in work])
         if (counts == counts[0]).all():
-            batch = PagedBatch(self.pool, tables, starts)
+            batch = PagedBatch(self.pool, tables, starts, self.model.attend)
             rows = self.model.forward(np.array(texts), batch, last=wants.max())  # (R, w, V)
             logits = [z[len(z) - w:] for z, w in zip(rows, wants)]
         else:  # the logits of each request's last `want` tokens in the row
