@@ -15,18 +15,21 @@ from .quantize import QuantizedWeight, quantize, quantize_rows
 from .sampling import SamplingConfig, filtered_probs, sample_next_token
 from .speculative import SpeculativeStats, speculative_generate
 from .files.npz import WeightsError, load, save
+from . import serving  # minillm.serving.Engine: many requests through one model at once
 
 __version__ = "0.1.0"
 
 # The reading path, in the order a learner reads it (the README's "Reading order" shows this
 # list; tests/test_reading_path.py holds each module to it): the whole algorithm in one file,
-# then the library's chapters and what they need. Everything else lives in the subpackages.
-READING_ORDER = ("tiny", "sampling", "rope_scaling", "layers", "kv_cache", "parameters",
-                 "config", "inputs", "model", "knobs", "window", "stopping", "logprobs",
-                 "generate", "serving.blocks", "serving.batches", "serving.prefix_cache", "serving.scheduler", "serving.engine", "drafters",
-                 "speculative", "conversation", "quantize")
+# then the library's chapters, each after every chapter it imports (the serving chapter's in
+# its folder). Everything else lives in the subpackages.
+READING_ORDER = ("tiny", "rope_scaling", "layers", "kv_cache", "parameters", "config", "inputs",
+                 "model", "knobs", "sampling", "window", "stopping", "logprobs", "generate",
+                 "drafters", "speculative", "serving.blocks", "serving.batches",
+                 "serving.prefix_cache", "serving.scheduler", "serving.engine", "conversation",
+                 "quantize")
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",
            "generate", "stream", "Rollout", "ScoredToken", "quantize_rows", "quantize",
-           "QuantizedWeight", "speculative_generate", "SpeculativeStats", "threads"]
+           "QuantizedWeight", "speculative_generate", "SpeculativeStats", "threads", "serving"]

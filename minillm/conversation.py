@@ -1,12 +1,13 @@
 """A conversation kept in the KV cache: each turn reads only what is new.
 
-Every turn renders the whole conversation again (text/chat_template.py) and asks the model to continue it.
-Most of that text was read in earlier turns, and its keys and values are still in the cache:
+Every turn renders the whole conversation again (text/chat_template.py) and asks the model to
+continue it. Most of that text was read in earlier turns, and its keys and values are still in
+the cache:
 
     keep   = the longest common prefix of the cached tokens and the new prompt
     cache.truncate(keep)            forget what the conversation no longer says
     prefill(prompt[keep:])          read only the rest                   (window.sync)
-    decode until an end token       stream the reply                     (decode.decode)
+    decode until an end token       stream the reply                     (generate.decode)
 
 The kept prefix usually ends inside the last reply, since the tokens a reply was generated as
 need not be the tokens its text encodes to when rendered again. The window slides as in
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .generate import decode
-from .knobs import GenerationConfig, generation_config, random_generator
+from .knobs import GenerationConfig, generation_config
 from .window import common_prefix_length, first_window, sync
 
 __all__ = ["Conversation", "respond", "common_prefix_length"]
@@ -29,7 +30,23 @@ __all__ = ["Conversation", "respond", "common_prefix_length"]
 
 @dataclass
 class Conversation:
-    """A model, its cache, and the tokens whose keys and values the cache holds."""
+    """A model, its cache, and the tokens whose keys and values the cache holds.
+
+    Make one per chat, `Conversation(model)`, and at every turn give `respond` the whole
+    conversation so far, rendered and encoded (text/chat_template.py): it yields the reply's
+    tokens, reading only what the cache lacks.
+
+        import minillm
+        from minillm.conversation import Conversation, respond
+
+        cfg = minillm.ModelConfig(arch="modern", vocab_size=64, context_length=64, d_model=16,
+                                  n_layers=2, n_heads=2)
+        chat = Conversation(minillm.random_model(cfg, seed=0))
+        prompt = [1, 2, 3]  # turn 1: the first message
+        reply = list(respond(chat, prompt, max_new_tokens=5, seed=0))
+        prompt = prompt + reply + [4, 5]  # turn 2: all of it again, and the next message
+        reply = list(respond(chat, prompt, max_new_tokens=5, seed=0))
+    """
 
     model: object
     cache: object = None
@@ -53,7 +70,7 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
     """
     model, cache = conversation.model, conversation.cache
     config = generation_config(config, model, **knobs)
-    rng = random_generator(config, rng)
+    rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
     W = model.config.context_length
     if len(prompt) > W:  # said as generate says it of a long prompt (inputs.check_prompts)
         warnings.warn(f"conversation: {len(prompt)} tokens, longer than the model's context of "

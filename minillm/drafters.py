@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from .generate import decode
-from .knobs import GenerationConfig
+from .knobs import GenerationConfig, checked
 from .sampling import SamplingConfig
 from .window import first_window, sync, view_start
 
@@ -23,8 +23,8 @@ class ModelDrafter:
     loop for k tokens; q is the distribution each guess was drawn from.
     """
 
-    def __init__(self, model, knobs: SamplingConfig):
-        self.model, self.knobs = model, knobs
+    def __init__(self, model, sampling: SamplingConfig):
+        self.model, self.sampling = model, sampling
         self.cache = model.new_cache()
         self.cached: list[int] = []  # the tokens whose keys and values the cache holds
         self.start = 0  # the drafter's view is text[start:]
@@ -40,7 +40,7 @@ class ModelDrafter:
         k = max(1, min(k, W - len(view) + 1))  # what the window holds
         logits = sync(self.model, self.cache, self.cached, view)
         window = first_window([np.asarray(view)], W)
-        config = GenerationConfig(max_new_tokens=k, sampling=self.knobs, seed=None)
+        config = GenerationConfig(max_new_tokens=k, sampling=self.sampling, seed=None)
         guesses, q = [], np.zeros((k, V))
         for i, step in enumerate(decode(self.model, window, self.cache, logits, config, rng)):
             guesses.append(int(step.tokens[0]))
@@ -76,9 +76,7 @@ class NgramDrafter:
     """
 
     def __init__(self, vocab_size, n=3):
-        if n < 1:
-            raise ValueError(f"ngram: must be >= 1, got {n}")
-        self.vocab_size, self.n, self.calls = vocab_size, n, 0
+        self.vocab_size, self.n, self.calls = vocab_size, checked("ngram", n), 0
 
     def propose(self, text, k, rng):
         guesses = lookup(text, k, self.n) if k > 0 else []

@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from .inputs import check_prompts
-from .knobs import GenerationConfig, generation_config, random_generator
+from .knobs import GenerationConfig, generation_config
 from .logprobs import rollouts, scored_steps
 from .sampling import SamplingConfig, choose, filtered_probs
 from .stopping import reached_stop, start_text
@@ -46,7 +46,7 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
     prompts, batch = check_prompts(prompt_ids, model.config.vocab_size,
                                    model.config.context_length)
     config = generation_config(config, model, **knobs)
-    rng = random_generator(config, rng)
+    rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
     if return_logprobs or prompt_logprobs:
         rows = rollouts(model, prompts, decode_steps(model, prompts, config, rng, use_cache),
                         prompt_logprobs)
@@ -71,7 +71,7 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
     prompts, batch = check_prompts(prompt_ids, model.config.vocab_size,
                                    model.config.context_length)
     config = generation_config(config, model, **knobs)  # checked here, before the first token
-    rng = random_generator(config, rng)
+    rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
     if return_logprobs:
         steps = scored_steps(decode_steps(model, prompts, config, rng, use_cache))
     else:
@@ -86,20 +86,20 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
 
 @dataclass
 class Step:
-    """One decoding step as the loop saw it. Valid until the loop goes on: `seen` is a view
+    """One decoding step as the loop saw it. Valid until the loop goes on: `visible` is a view
     of the window, which the next step changes."""
 
     rows: np.ndarray  # the rows that emitted a token: those still running before this step
     logits: np.ndarray  # (B, V) the logits the tokens are drawn from
-    seen: np.ndarray  # (B, width) each row's visible text (-1: padding), the penalty's history
-    knobs: SamplingConfig
+    visible: np.ndarray  # (B, width) each row's visible text, -1 padding: the penalties' history
+    sampling: SamplingConfig
     tokens: np.ndarray | None = None  # (B,) the token drawn for every row; only `rows` count
 
     @cached_property
     def probs(self) -> np.ndarray:
         """(B, V) the distributions the tokens are drawn from, every knob applied; computed
         when first read (plain greedy decoding never reads them)."""
-        return filtered_probs(self.logits, self.knobs, self.seen)
+        return filtered_probs(self.logits, self.sampling, self.visible)
 
 
 def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, progress=None):
@@ -111,18 +111,15 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, 
     if use_cache:  # only as long as this generation can fill
         capacity = min(model.config.context_length, window.width + config.max_new_tokens)
         cache = model.new_cache(len(prompts), capacity)
-    logits = prefill(model, window, cache, progress)  # on the first next(), not at the call
-    yield from decode(model, window, cache, logits, config, rng, progress)
-
-
-def prefill(model, window: Window, cache, progress=None):
-    """(B, V) logits of the last position of every row, after reading the whole window (in
-    chunks, window.read)."""
+    # Prefill (on the first next(), not at the call): the logits (B, V) of every row's last
+    # position after reading the whole window, in chunks through the cache (window.read).
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
     pad = window.pad if window.pad.any() else None  # rows of one length need no padding
     if cache is None:  # the uncached loop reads the window whole at every step anyway
-        return model.forward(tokens, pad=pad, last=1)[:, -1]
-    return read(model, tokens, cache, pad=pad, progress=progress)
+        logits = model.forward(tokens, pad=pad, last=1)[:, -1]
+    else:
+        logits = read(model, tokens, cache, pad=pad, progress=progress)
+    yield from decode(model, window, cache, logits, config, rng, progress)
 
 
 def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):
@@ -142,7 +139,15 @@ def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, 
         yield step
         if not running.any() or n == config.max_new_tokens - 1:
             return
-        logits = decode_one(model, window, step.tokens, cache, progress)
+        # Read the new tokens (B,), the window sliding if full: the next logits (B, V).
+        shift, slid = append(window, step.tokens, model.config.context_length)
+        if cache is None:  # the textbook loop: the whole visible text, every step
+            tokens = np.maximum(window.tokens[:, :window.width], 0)
+            logits = model.forward(tokens, pad=window.pad, last=1)[:, -1]
+        elif shift == 0:  # one token a row through the cache
+            logits = model.forward(step.tokens[:, None], cache)[:, -1]
+        else:  # the window slid: the rows that slid read their kept text again
+            logits = read_slid(model, window, step.tokens, cache, shift, slid, progress)
 
 
 def next_tokens(model, step: Step, rng) -> np.ndarray:
@@ -153,28 +158,17 @@ def next_tokens(model, step: Step, rng) -> np.ndarray:
     model of minillm/fast/ takes the argmax of greedy logits without building the
     distributions; tests/test_fast.py proves it equal).
     """
-    own = getattr(model, "next_tokens", None)
-    return choose(step.probs, step.knobs, rng) if own is None else own(step, rng)
+    chooser = getattr(model, "next_tokens", None)
+    return choose(step.probs, step.sampling, rng) if chooser is None else chooser(step, rng)
 
 
-def ends_row(token, rows, config: GenerationConfig, texts) -> np.ndarray:
+def ends_row(tokens, rows, config: GenerationConfig, texts) -> np.ndarray:
     """(B,) booleans: whether each row's new token ends it, being a stop token or completing
     a stop string in the row's new text (texts, None when there are no stop strings)."""
-    ends = np.zeros(len(token), dtype=bool)
+    ends = np.zeros(len(tokens), dtype=bool)
     if config.stop_tokens:
-        ends |= np.isin(token, config.stop_tokens)
+        ends |= np.isin(tokens, config.stop_tokens)
     if texts is not None:
         for r in rows:
-            ends[r] |= reached_stop(texts[r], int(token[r]), config.stop_strings)
+            ends[r] |= reached_stop(texts[r], int(tokens[r]), config.stop_strings)
     return ends
-
-
-def decode_one(model, window: Window, token, cache, progress=None):
-    """(B, V) next logits after adding one token to every row, sliding the window if full."""
-    shift, slid = append(window, token, model.config.context_length)
-    if cache is None:  # the textbook loop: the whole visible text, every step
-        tokens = np.maximum(window.tokens[:, :window.width], 0)
-        return model.forward(tokens, pad=window.pad, last=1)[:, -1]
-    if shift == 0:
-        return model.forward(token[:, None], cache)[:, -1]
-    return read_slid(model, window, token, cache, shift, slid, progress)

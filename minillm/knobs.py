@@ -67,9 +67,14 @@ KNOBS = {
     "stop_tokens": Knob(None, "token ids that end a row once emitted (None: the model's end "
                               "tokens, its tokenizer's eos_token_ids; (): none)"),
     "stop_strings": Knob((), "texts that end a row once its new text contains one"),
-    "k": Knob(4, "speculative decoding: guesses per target pass"),
-    "ngram": Knob(3, "prompt lookup: the longest tail of the text it looks up"),
+    "k": Knob(4, "speculative decoding: guesses per target pass", int, 1,
+              allowed="an integer >= 1"),
+    "ngram": Knob(3, "prompt lookup: the longest tail of the text it looks up", int, 1,
+                  allowed="an integer >= 1"),
 }
+# The knobs of speculative decoding alone (speculative_generate, speculative_stream, a serving
+# request with a draft); generate, stream and respond refuse them by name.
+SPECULATIVE_KNOBS = ["k", "ngram"]
 
 # `minillm chat`'s sampling defaults in place of KNOBS' (the model's own distribution, from
 # whose long tail a small chat model's reply goes astray): llama.cpp's default chain. llama.cpp
@@ -106,8 +111,6 @@ class SamplingConfig:
     `None` is the one way a knob reads as off.
 
     penalty_window: how many of the most recent tokens the three penalties look at.
-    greedy (temperature 0: the argmax, no randomness) and penalises (a penalty is on, so each
-    row's history is needed) are read off the knobs when the config is made.
     """
 
     temperature: float = default("temperature")
@@ -122,11 +125,17 @@ class SamplingConfig:
     def __post_init__(self):
         for name in SAMPLING_KNOBS:
             object.__setattr__(self, name, checked(name, getattr(self, name)))  # frozen
-        # Two facts read off the knobs, set once here (attributes, not fields):
-        object.__setattr__(self, "greedy", self.temperature == 0)
-        object.__setattr__(self, "penalises", self.repetition_penalty is not None
-                           or self.frequency_penalty is not None
-                           or self.presence_penalty is not None)
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the argmax, no randomness."""
+        return self.temperature == 0
+
+    @property
+    def penalises(self) -> bool:
+        """A penalty is on, so each row's history is needed."""
+        return (self.repetition_penalty is not None or self.frequency_penalty is not None
+                or self.presence_penalty is not None)
 
 
 SAMPLING_KNOBS = [f.name for f in dataclasses.fields(SamplingConfig)]
@@ -154,8 +163,8 @@ class GenerationConfig:
             raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
         if self.stop_tokens is not None:  # None stays: the model's end tokens, read later
             stops = tuple(self.stop_tokens)
-            for t in stops:
-                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            for token in stops:
+                if isinstance(token, bool) or not isinstance(token, numbers.Integral):
                     raise ValueError(f"stop_tokens: must be token ids (integers), got "
                                      f"{list(stops)!r}")
             object.__setattr__(self, "stop_tokens", tuple(sorted(set(map(int, stops)))))
@@ -185,19 +194,22 @@ def generation_config(config: GenerationConfig | None = None, model=None,
         hint = f" (knobs go by name: max_new_tokens={config})" if isinstance(config, int) else ""
         raise ValueError(f"config: expected a GenerationConfig, got {config!r}{hint}")
     unknown = sorted(set(knobs) - set(SAMPLING_KNOBS) - set(GENERATION_KNOBS))
+    if unknown and unknown[0] in SPECULATIVE_KNOBS:
+        raise TypeError(f"{unknown[0]}: a knob of speculative_generate "
+                        f"({KNOBS[unknown[0]].help}), not of generate, stream or respond")
     if unknown:
         raise TypeError(f"{unknown[0]}: not a knob; the knobs are "
                         f"{', '.join(sorted(SAMPLING_KNOBS + GENERATION_KNOBS))}")
-    own = {}
+    replaced = {}
     for name in GENERATION_KNOBS:
         if name in knobs:
-            own[name] = knobs.pop(name)
+            replaced[name] = knobs.pop(name)
     if knobs:  # what is left are sampling knobs
-        own["sampling"] = dataclasses.replace(config.sampling, **knobs)
-    if model is not None and own.get("stop_tokens", config.stop_tokens) is None:
+        replaced["sampling"] = dataclasses.replace(config.sampling, **knobs)
+    if model is not None and replaced.get("stop_tokens", config.stop_tokens) is None:
         tokenizer = getattr(model, "tokenizer", None)  # the model's end tokens, once a request
-        own["stop_tokens"] = () if tokenizer is None else tokenizer.eos_token_ids
-    config = dataclasses.replace(config, **own) if own else config
+        replaced["stop_tokens"] = () if tokenizer is None else tokenizer.eos_token_ids
+    config = dataclasses.replace(config, **replaced) if replaced else config
     if model is not None:
         vocab = model.config.vocab_size
         if config.stop_tokens and not 0 <= config.stop_tokens[0] <= config.stop_tokens[-1] \

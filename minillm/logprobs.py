@@ -50,25 +50,25 @@ class ScoredToken(NamedTuple):
 
 def rollouts(model, prompts, steps, prompt_logprobs=False) -> list[Rollout]:
     """A Rollout per row from the decode loop's steps (generate.decode_steps)."""
-    out = [Rollout(list(map(int, p)), [], []) for p in prompts]
+    rows = [Rollout(list(map(int, prompt)), [], []) for prompt in prompts]
     for step in scored_steps(steps):
         for r, scored in step.items():
-            out[r].tokens.append(scored.token)
-            out[r].logprobs.append(scored.logprob)
-            out[r].raw_logprobs.append(scored.raw_logprob)
+            rows[r].tokens.append(scored.token)
+            rows[r].logprobs.append(scored.logprob)
+            rows[r].raw_logprobs.append(scored.raw_logprob)
     if prompt_logprobs:
-        for rollout, scores in zip(out, score_prompts(model, prompts)):
+        for rollout, scores in zip(rows, score_prompts(model, prompts)):
             rollout.prompt_logprobs = scores
-    return out
+    return rows
 
 
 def scored_steps(steps):
     """The decode loop's steps as {row: ScoredToken}: the same draws, so the same tokens as
     without scores."""
     for step in steps:
-        rows = step.rows
-        yield dict(zip(map(int, rows), score(step.probs[rows], step.logits[rows],
-                                             step.tokens[rows])))
+        running = step.rows
+        yield dict(zip(map(int, running), score(step.probs[running], step.logits[running],
+                                                step.tokens[running])))
 
 
 def score(probs, logits, tokens) -> list[ScoredToken]:
@@ -77,7 +77,8 @@ def score(probs, logits, tokens) -> list[ScoredToken]:
     picked = np.arange(len(tokens)), np.asarray(tokens)
     logprobs = np.log(probs[picked])  # drawn: p > 0, finite
     raw = log_softmax(logits)[picked]
-    return [ScoredToken(int(t), float(a), float(b)) for t, a, b in zip(tokens, logprobs, raw)]
+    return [ScoredToken(int(token), float(logprob), float(raw_logprob))
+            for token, logprob, raw_logprob in zip(tokens, logprobs, raw)]
 
 
 def score_prompts(model, prompts) -> list[list[float | None]]:
@@ -89,9 +90,9 @@ def score_prompts(model, prompts) -> list[list[float | None]]:
     logp = log_softmax(model.forward(np.maximum(tokens, 0), pad=window.pad))  # (B, width, V)
     scores = []
     for r, prompt in enumerate(prompts):
-        first = int(window.pad[r])  # the first column the model sees of this prompt
-        unseen = len(prompt) - (window.width - first)  # tokens cut from its left
+        start = int(window.pad[r])  # the first column the model sees of this prompt
+        cut = len(prompt) - (window.width - start)  # tokens cut from its left
         # Column c predicts column c + 1.
-        seen = [float(logp[r, c, tokens[r, c + 1]]) for c in range(first, window.width - 1)]
-        scores.append([None] * (unseen + 1) + seen)
+        predicted = [float(logp[r, c, tokens[r, c + 1]]) for c in range(start, window.width - 1)]
+        scores.append([None] * (cut + 1) + predicted)
     return scores

@@ -154,10 +154,10 @@ def quantize_param(name: str, value, skip=("lm_head",), bits: int = 8,
                    group_size: int | None = None, embeddings: bool = False):
     """One parameter as `quantize` keeps it: a QuantizedWeight if `quantize` quantizes it,
     else the value itself. A converter calls it on each tensor as it is built, so that the
-    float model is never whole in memory (minillm.convert.from_state_dict's int8)."""
+    float model is never whole in memory (minillm.files.from_state_dict's int8)."""
     if isinstance(skip, str):
         skip = (skip,)
-    wanted = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
-    if wanted and not isinstance(value, QuantizedWeight) and not name.startswith(tuple(skip)):
+    quantizable = is_linear_weight(name) or (embeddings and name == "tok_emb.weight")
+    if quantizable and not isinstance(value, QuantizedWeight) and not name.startswith(tuple(skip)):
         return QuantizedWeight.from_float(value, bits, group_size)
     return value

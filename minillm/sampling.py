@@ -26,29 +26,28 @@ from .inputs import check_tokens
 from .knobs import DEFAULT_SAMPLING, SAMPLING_KNOBS, SamplingConfig
 
 __all__ = ["SamplingConfig", "sample_next_token", "choose", "draw", "filtered_probs",
-           "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask",
-           "min_p_mask"]
+           "apply_repetition_penalty", "apply_count_penalties", "top_k_mask", "top_p_mask"]
 
 
-def sample_next_token(logits, knobs: SamplingConfig | None = None, history=None, rng=None,
-                      **by_name) -> np.ndarray:
+def sample_next_token(logits, sampling: SamplingConfig | None = None, history=None, rng=None,
+                      **knobs) -> np.ndarray:
     """Draw one token per row from filtered_probs(...): (B, V) logits -> (B,) ids; (V,) -> id.
 
     The knobs come as a SamplingConfig, by name (temperature=0.7, top_k=40, ...), or both
     (the named ones replace the config's). Greedy (temperature 0) uses no randomness; any
     other temperature needs `rng`, a seeded numpy.random.Generator.
     """
-    if by_name or not isinstance(knobs, SamplingConfig):  # a config alone is checked
-        knobs = sampling_config(knobs, by_name)
-    return choose(filtered_probs(logits, knobs, history), knobs, rng)
+    if knobs or not isinstance(sampling, SamplingConfig):  # a config alone is checked
+        sampling = sampling_config(sampling, knobs)
+    return choose(filtered_probs(logits, sampling, history), sampling, rng)
 
 
-def choose(probs, knobs: SamplingConfig, rng=None) -> np.ndarray:
+def choose(probs, sampling: SamplingConfig, rng=None) -> np.ndarray:
     """The token of each row of filtered probabilities: the argmax when greedy (the one-hot's
     one), else one inverse-CDF draw with a uniform u per row from `rng`."""
     single = probs.ndim == 1
     probs = probs[None] if single else probs
-    if knobs.greedy:
+    if sampling.greedy:
         tokens = probs.argmax(axis=-1)
     else:
         if not isinstance(rng, np.random.Generator):
@@ -75,50 +74,54 @@ def draw(probs, u):
     return tokens
 
 
-def filtered_probs(logits, knobs: SamplingConfig | None = None, history=None,
-                   **by_name) -> np.ndarray:
+def filtered_probs(logits, sampling: SamplingConfig | None = None, history=None,
+                   **knobs) -> np.ndarray:
     """The distribution the next token is drawn from: (B, V) or (V,) logits -> float64 probs,
     the knobs applied in the order above.
 
-    knobs: a SamplingConfig, or the knobs by name (temperature=..., top_k=..., top_p=...,
-    min_p=..., repetition_penalty=..., frequency_penalty=..., presence_penalty=...,
-    penalty_window=...), or both (names replace).
+    sampling: a SamplingConfig; knobs: the knobs by name (temperature=..., top_k=...,
+    top_p=..., min_p=..., repetition_penalty=..., frequency_penalty=..., presence_penalty=...,
+    penalty_window=...), replacing the config's (or the defaults).
     history: the tokens each row has seen, a (B, n) int array or a list of B lists; negative
     ids are ignored (left padding). Only its last `penalty_window` entries per row count.
     Greedy (temperature 0) is one-hot on the argmax, ties going to the lowest token id.
     At least one token always survives, and the result never holds NaN.
     """
-    if by_name or not isinstance(knobs, SamplingConfig):  # a config alone is checked
-        knobs = sampling_config(knobs, by_name)
+    if knobs or not isinstance(sampling, SamplingConfig):  # a config alone is checked
+        sampling = sampling_config(sampling, knobs)
     z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits are never changed
     single = z.ndim == 1
-    z = _check_logits(z[None] if single else z)
+    z = z[None] if single else z
+    # The usual logits, (B, V) and finite, need no closer look than this one pass.
+    if z.ndim != 2 or z.shape[-1] == 0 or not np.isfinite(z).all():
+        z = _check_logits(z)
     B, V = z.shape
-    if knobs.penalises:
+    if sampling.penalises:
         if history is None:
             raise ValueError("history: the penalties need each row's recent tokens")
-        counts = _counts(history, B, V, knobs.penalty_window)  # (B, V)
-        if knobs.repetition_penalty is not None:
-            z = apply_repetition_penalty(z, counts > 0, knobs.repetition_penalty)
-        if knobs.frequency_penalty is not None or knobs.presence_penalty is not None:
-            z = apply_count_penalties(z, counts, knobs.frequency_penalty or 0.0,
-                                      knobs.presence_penalty or 0.0)
-    if knobs.greedy:
+        counts = _counts(history, B, V, sampling.penalty_window)  # (B, V)
+        if sampling.repetition_penalty is not None:
+            z = apply_repetition_penalty(z, counts > 0, sampling.repetition_penalty)
+        if sampling.frequency_penalty is not None or sampling.presence_penalty is not None:
+            z = apply_count_penalties(z, counts, sampling.frequency_penalty or 0.0,
+                                      sampling.presence_penalty or 0.0)
+    if sampling.greedy:
         probs = np.zeros_like(z)
         probs[np.arange(B), z.argmax(axis=-1)] = 1.0  # argmax takes the lowest id among ties
         return probs[0] if single else probs
 
     # e = exp((z - max z) / T): the largest entry is exactly 1, so nothing can overflow.
     with np.errstate(over="ignore"):  # z - max may overflow to -inf for huge logits: p = 0
-        e = np.exp((z - z.max(axis=-1, keepdims=True)) / knobs.temperature)  # (B, V)
+        e = np.exp((z - z.max(axis=-1, keepdims=True)) / sampling.temperature)  # (B, V)
     keep = e > 0
-    if knobs.top_k is not None and knobs.top_k < V:
+    if sampling.top_k is not None and sampling.top_k < V:
         # Ranked by logit, not by e: two logits a hair apart can round to the same e.
-        keep &= top_k_mask(z, knobs.top_k)
-    if knobs.top_p is not None:
-        keep &= top_p_mask(np.where(keep, e, 0.0), knobs.top_p)
-    if knobs.min_p is not None:
-        keep &= min_p_mask(np.where(keep, e, 0.0), knobs.min_p)
+        keep &= top_k_mask(z, sampling.top_k)
+    if sampling.top_p is not None:
+        keep &= top_p_mask(np.where(keep, e, 0.0), sampling.top_p)
+    if sampling.min_p is not None:  # min-p: p_i >= min_p max_j p_j, a ratio: e serves as p
+        kept = np.where(keep, e, 0.0)
+        keep &= kept >= sampling.min_p * kept.max(axis=-1, keepdims=True)
     e = np.where(keep, e, 0.0)
     probs = e / e.sum(axis=-1, keepdims=True)  # the row's max survives every filter: sum >= 1
     return probs[0] if single else probs
@@ -126,14 +129,14 @@ def filtered_probs(logits, knobs: SamplingConfig | None = None, history=None,
 
 # -- the filters, each on a batch of unnormalised probabilities e (B, V) --------------------
 
-def apply_repetition_penalty(z, seen, penalty):
-    """CTRL (Keskar et al., 2019): z_i / r if z_i > 0 else z_i * r, for every seen token i.
+def apply_repetition_penalty(z, recent, penalty):
+    """CTRL (Keskar et al., 2019): z_i / r if z_i > 0 else z_i * r, for every recent token i.
 
     With r > 1 both branches lower the logit; each distinct token is penalised once, however
-    often it repeats. seen: (B, V) booleans.
+    often it repeats. recent: (B, V) booleans, whether token i is among the row's recent ones.
     """
     penalised = np.where(z > 0, z / penalty, z * penalty)
-    return np.where(seen, penalised, z)
+    return np.where(recent, penalised, z)
 
 
 def apply_count_penalties(z, counts, frequency, presence):
@@ -177,10 +180,6 @@ def top_p_mask(e, p):
     return keep
 
 
-def min_p_mask(e, min_p):
-    """Keep {i : p_i >= min_p * max_j p_j}; the ratio needs no normalisation, so use e."""
-    return e >= min_p * e.max(axis=-1, keepdims=True)
-
 
 # -- inputs ----------------------------------------------------------------------------------
 
@@ -204,32 +203,31 @@ def _counts(history, B, V, window):
 
 
 def _check_logits(z):
+    """Logits of a wrong shape, or not all finite: an error, or the limit of what they ask."""
     if z.ndim != 2 or z.shape[-1] == 0:
         raise ValueError(f"logits: expected a (batch, vocab) or (vocab,) array, got shape "
                          f"{z.shape}")
-    if np.isfinite(z).all():  # the usual case, settled in one pass
-        return z
     if np.isnan(z).any():
         raise ValueError("logits: contain NaN")
     if not (z > -np.inf).any(axis=-1).all():
         raise ValueError("logits: a row has no entry above -inf, nothing can be sampled")
-    top = np.isposinf(z)
-    if top.any():  # the limit of softmax as some logits grow without bound
-        rows = top.any(axis=-1, keepdims=True)
-        z = np.where(rows, np.where(top, 0.0, -np.inf), z)
+    posinf = np.isposinf(z)
+    if posinf.any():  # the limit of softmax as some logits grow without bound
+        has_posinf = posinf.any(axis=-1, keepdims=True)  # (B, 1)
+        z = np.where(has_posinf, np.where(posinf, 0.0, -np.inf), z)
     return z
 
 
-def sampling_config(knobs=None, by_name=None) -> SamplingConfig:
-    """The SamplingConfig (default: every knob's default), with the knobs given by name
-    replaced, every one checked; a config given alone was checked when it was made."""
-    if knobs is not None and not isinstance(knobs, SamplingConfig):
-        raise ValueError(f"knobs: expected a SamplingConfig, got {knobs!r}; give the knobs by "
-                         "name (temperature=..., top_k=...)")
-    if not by_name:
-        return knobs or DEFAULT_SAMPLING
-    unknown = sorted(set(by_name) - set(SAMPLING_KNOBS))
+def sampling_config(sampling=None, knobs=None) -> SamplingConfig:
+    """The SamplingConfig `sampling` (default: every knob's default) with `knobs`, the knobs
+    given by name, replaced, every one checked; a config given alone was checked when made."""
+    if sampling is not None and not isinstance(sampling, SamplingConfig):
+        raise ValueError(f"sampling: expected a SamplingConfig, got {sampling!r}; give the "
+                         "knobs by name (temperature=..., top_k=...)")
+    if not knobs:
+        return sampling or DEFAULT_SAMPLING
+    unknown = sorted(set(knobs) - set(SAMPLING_KNOBS))
     if unknown:
         raise TypeError(f"{unknown[0]}: not a sampling knob; they are "
                         f"{', '.join(sorted(SAMPLING_KNOBS))}")
-    return dataclasses.replace(knobs or DEFAULT_SAMPLING, **by_name)
+    return dataclasses.replace(sampling or DEFAULT_SAMPLING, **knobs)

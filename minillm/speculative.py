@@ -17,7 +17,6 @@ distribution the target samples from, as long as q is the distribution the guess
 """
 from __future__ import annotations
 
-import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ import numpy as np
 from .drafters import ModelDrafter, NgramDrafter
 from .generate import ends_row
 from .inputs import check_prompts
-from .knobs import default, generation_config, random_generator
+from .knobs import checked, default, generation_config
 from .logprobs import Rollout, score
 from .sampling import SamplingConfig, choose, draw, filtered_probs
 from .stopping import start_text
@@ -102,7 +101,8 @@ def speculative_generate(target, draft, prompt_ids, config=None, *, k=default("k
 
     draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
     `ngram` tokens), or any object with propose(text, k, rng) -> (guesses, q) and a `calls`
-    counter. k: guesses per round. config and knobs: as in minillm.generate. The output has
+    counter. k: guesses per round (an integer >= 1); ngram: the longest tail prompt lookup
+    looks up. config and knobs: as in minillm.generate. The output has
     the distribution of minillm.generate with the same knobs; at temperature 0 it is the same
     text, token for token, window slides included. return_logprobs: a Rollout in place of
     the ids, each new token scored under the target's distributions as generate scores it.
@@ -124,48 +124,46 @@ def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k")
     token of a round as the round ends. Arguments are checked here, before the first token."""
     vocab = target.config.vocab_size
     config = generation_config(config, target, **knobs)
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+    k, ngram = checked("k", k), checked("ngram", ngram)
     if check_prompts(prompt_ids, vocab, target.config.context_length)[1]:
         raise ValueError("prompt_ids: speculative decoding takes one prompt, not a batch")
     drafter = make_drafter(draft, vocab, config.sampling, ngram,
                            getattr(target, "tokenizer", None))
     stats = SpeculativeStats() if stats is None else stats
-    text = [int(t) for t in prompt_ids]
-    return _rounds(target, drafter, text, config, int(k), random_generator(config, rng), stats,
-                   scores)
+    rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
+    return _rounds(target, drafter, [int(t) for t in prompt_ids], config, k, rng, stats, scores)
 
 
 def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
     """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
     window and stats. scores: a list that receives a ScoredToken per new token, if given."""
     W = target.config.context_length
-    new_text = start_text(target.tokenizer, text) if config.stop_strings else None
+    texts = [start_text(target.tokenizer, text)] if config.stop_strings else None  # one row
     cache = target.new_cache(capacity=min(W, len(text) + config.max_new_tokens + k))
     start = max(0, len(text) - W)  # the view is text[start:]: a long prompt's last W tokens
     while stats.new_tokens < config.max_new_tokens:
         # Each position is predicted from the same view that plain generation would use:
         # the view may grow to W tokens, so at most W - view guesses fit in this block.
         room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
-        new, proposed, rows = speculative_round(target, cache, drafter, text, start, room,
-                                                config.sampling, rng)
+        new, proposed, new_logits = speculative_round(target, cache, drafter, text, start, room,
+                                                      config.sampling, rng)
         if scores is not None:
-            scores.extend(score_round(new, rows, text[start:], config.sampling))
+            scores.extend(score_round(new, new_logits, text[start:], config.sampling))
         _count(stats, len(new) - 1, proposed, drafter.calls)
         for t in new:
             text.append(t)
             stats.new_tokens += 1
             yield t
             if stats.new_tokens == config.max_new_tokens \
-                    or ends_row([t], [0], config, None if new_text is None else [new_text])[0]:
+                    or ends_row([t], [0], config, texts)[0]:
                 return
-        slid = view_start(len(text), start, W)
-        if slid != start:  # the view overflowed: keep its newest half, read it from position 0
-            start = slid
+        new_start = view_start(len(text), start, W)
+        if new_start != start:  # the view overflowed: keep its newest half, read it from 0
+            start = new_start
             cache.reset()
 
 
-def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingConfig, rng):
+def speculative_round(target, cache, drafter, text, start, k, sampling: SamplingConfig, rng):
     """One round: draft k guesses, verify them in one target pass, accept or resample, roll
     the target's cache back. Returns the new tokens (the kept guesses, then one more), the
     number of guesses proposed, and the target's logits that predicted each new token.
@@ -179,23 +177,23 @@ def speculative_round(target, cache, drafter, text, start, k, knobs: SamplingCon
     guesses, q = drafter.propose(text, k, rng)  # 1. draft: k guesses and their q
     fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
     logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]  # 2. verify
-    kept, token = accept_or_resample(logits, guesses, q, text, start, knobs, rng)  # 3.
+    kept, token = accept_or_resample(logits, guesses, q, text, start, sampling, rng)  # 3.
     cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
     return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
 
 
-def accept_or_resample(logits, guesses, q, text, start, knobs: SamplingConfig, rng):
+def accept_or_resample(logits, guesses, q, text, start, sampling: SamplingConfig, rng):
     """The guesses judged by the target's logits (k + 1, V) of the positions that predict them
     and the one after: (how many are kept, the next token: the replacement of the first
     rejected guess, or the bonus token when every guess is kept). The repetition penalty sees
     what plain generation sees: the view text[start:], then the guesses."""
     history = None
-    if knobs.penalises:
-        seen = text[start:]
-        history = [seen + guesses[:i] for i in range(len(guesses) + 1)]
-    p = filtered_probs(logits, knobs, history)  # (k + 1, V)
-    if knobs.greedy:
-        return accept_greedy(choose(p, knobs), guesses)
+    if sampling.penalises:
+        view = text[start:]
+        history = [view + guesses[:i] for i in range(len(guesses) + 1)]
+    p = filtered_probs(logits, sampling, history)  # (k + 1, V)
+    if sampling.greedy:
+        return accept_greedy(choose(p, sampling), guesses)
     return accept(p, q, guesses, rng.random(len(guesses)), rng.random())
 
 
@@ -212,13 +210,14 @@ def _count(stats: SpeculativeStats, kept: int, proposed: int, draft_calls: int) 
     stats.draft_calls = draft_calls
 
 
-def score_round(new, logits, seen, knobs: SamplingConfig):
-    """The new tokens scored as generate scores them: under the target's distributions."""
-    history = [seen + new[:i] for i in range(len(new))] if knobs.penalises else None
-    return score(filtered_probs(logits, knobs, history), logits, new)
+def score_round(new, logits, view, sampling: SamplingConfig):
+    """The new tokens scored as generate scores them: under the target's distributions
+    (`view`: the text the target saw before them, the penalties' history)."""
+    history = [view + new[:i] for i in range(len(new))] if sampling.penalises else None
+    return score(filtered_probs(logits, sampling, history), logits, new)
 
 
-def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):
+def make_drafter(draft, vocab, sampling: SamplingConfig, ngram, tokenizer=None):
     """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object.
 
     A draft model must speak the target's tokenizer (`tokenizer`), not only have as many ids:
@@ -242,4 +241,4 @@ def make_drafter(draft, vocab, knobs: SamplingConfig, ngram, tokenizer=None):
     elif not theirs.same_tokens(tokenizer):
         raise ValueError("draft: its tokenizer differs from the target's; both must share one "
                          "tokenizer (the same ids for the same text)")
-    return ModelDrafter(draft, knobs)
+    return ModelDrafter(draft, sampling)

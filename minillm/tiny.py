@@ -9,7 +9,7 @@ Plain functions over the library's params dict (canonical names: docs/FORMAT.md)
 (minillm/*.py) is this algorithm, the same numbers (tests/test_tiny.py), plus batches and
 padding (model.py), one cache for all layers (kv_cache.py), more penalties (sampling.py), stop
 strings and streaming (generate.py), texts longer than the context (window.py), other drafters
-(speculative.py), groups and fewer bits (quantize.py), Gemma 3 (model.py), and speed.
+(drafters.py), groups and fewer bits (quantize.py), Gemma 3 (model.py), and speed.
 cfg: a minillm.ModelConfig, or anything with its fields arch ("classic": GPT-2 style, "modern":
 Llama style), n_layers, n_heads, n_kv_heads, norm_eps, rope_theta, activation, context_length.
 Shapes: T new tokens, S keys (cached and new), D width, H query heads, K key/value heads, d head
@@ -149,19 +149,20 @@ def truncate(cache, n):
 
 
 # -- the model ------------------------------------------------------------------------------
-def norm(x, p, name, cfg):
+def norm(x, params, name, cfg):
     """LayerNorm, with a shift when the model has biases (classic); RMSNorm (modern)."""
     if cfg.arch == "classic":
-        return layer_norm(x, p[name + ".weight"], p.get(name + ".bias"), cfg.norm_eps)
-    return rms_norm(x, p[name + ".weight"], cfg.norm_eps)
+        return layer_norm(x, params[name + ".weight"], params.get(name + ".bias"),
+                          cfg.norm_eps)
+    return rms_norm(x, params[name + ".weight"], cfg.norm_eps)
 
 
-def self_attention(h, p, cfg, layer, start, cache):
+def self_attention(h, params, cfg, layer, start, cache):
     """q, k, v from one fused matmul (H query heads, then K key heads, then K value heads),
     RoPE on q and k (modern), k and v into the cache, attention, the output projection.
     h: (T, D) -> (T, D), the tokens at positions start, ..., start + T - 1."""
     name, H, K, T = f"layers.{layer}.attn.", cfg.n_heads, cfg.n_kv_heads, len(h)
-    qkv = linear(h, p[name + "qkv.weight"], p.get(name + "qkv.bias"))  # (T, (H + 2K) d)
+    qkv = linear(h, params[name + "qkv.weight"], params.get(name + "qkv.bias"))  # (T, (H+2K) d)
     qkv = qkv.reshape(T, H + 2 * K, -1).transpose(1, 0, 2)  # (H + 2K, T, d)
     q, k, v = qkv[:H], qkv[H:H + K], qkv[H + K:]
     if cfg.arch == "modern":
@@ -169,33 +170,35 @@ def self_attention(h, p, cfg, layer, start, cache):
         q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
     k, v = cache_append(cache, layer, k, v)  # (K, S, d)
     out = attention(q, k, v).transpose(1, 0, 2).reshape(T, -1)  # (T, H d)
-    return linear(out, p[name + "out.weight"], p.get(name + "out.bias"))
+    return linear(out, params[name + "out.weight"], params.get(name + "out.bias"))
 
 
-def mlp(h, p, cfg, layer):
+def mlp(h, params, cfg, layer):
     """classic: W_down act(W_up h + b_up) + b_down; modern (SwiGLU): W_down (act(W_gate h) *
     W_up h), the F gate rows and the F up rows in one weight. h: (T, D) -> (T, D)."""
     name, act = f"layers.{layer}.mlp.", ACTIVATIONS[cfg.activation]
     if cfg.arch == "classic":
-        u = linear(h, p[name + "up.weight"], p.get(name + "up.bias"))  # (T, F)
-        return linear(act(u), p[name + "down.weight"], p.get(name + "down.bias"))
-    gate, up = np.split(linear(h, p[name + "gate_up.weight"]), 2, axis=-1)  # (T, F) each
-    return linear(act(gate) * up, p[name + "down.weight"])
+        u = linear(h, params[name + "up.weight"], params.get(name + "up.bias"))  # (T, F)
+        return linear(act(u), params[name + "down.weight"], params.get(name + "down.bias"))
+    gate, up = np.split(linear(h, params[name + "gate_up.weight"]), 2, axis=-1)  # (T, F) each
+    return linear(act(gate) * up, params[name + "down.weight"])
 
 
-def forward(p, cfg, tokens, cache=None):
+def forward(params, cfg, tokens, cache=None):
     """Logits of every new token, (T,) ids -> (T, V). Without a cache the tokens are the whole
     text; with one (a list, [] at first) they continue the text it holds, and it keeps their
     keys and values. A tied model has no lm_head.weight: its output layer is tok_emb.weight."""
     cache = [] if cache is None else cache
     start, tokens = cache_length(cache), np.asarray(tokens)
-    x = p["tok_emb.weight"][tokens]  # (T, D)
+    x = params["tok_emb.weight"][tokens]  # (T, D)
     if cfg.arch == "classic":
-        x = x + p["pos_emb.weight"][start:start + len(tokens)]
+        x = x + params["pos_emb.weight"][start:start + len(tokens)]
     for i in range(cfg.n_layers):  # pre-norm blocks: x += Attention(Norm(x)); x += MLP(Norm(x))
-        x = x + self_attention(norm(x, p, f"layers.{i}.attn_norm", cfg), p, cfg, i, start, cache)
-        x = x + mlp(norm(x, p, f"layers.{i}.mlp_norm", cfg), p, cfg, i)
-    return linear(norm(x, p, "final_norm", cfg), p.get("lm_head.weight", p["tok_emb.weight"]))
+        x = x + self_attention(norm(x, params, f"layers.{i}.attn_norm", cfg), params, cfg, i,
+                               start, cache)
+        x = x + mlp(norm(x, params, f"layers.{i}.mlp_norm", cfg), params, cfg, i)
+    output = params.get("lm_head.weight", params["tok_emb.weight"])  # (V, D)
+    return linear(norm(x, params, "final_norm", cfg), output)
 
 
 # -- sampling and the decode loop -----------------------------------------------------------
@@ -213,9 +216,9 @@ def filtered_probs(logits, history, temperature=1.0, top_k=None, top_p=None, min
         min-p: keep e_i >= min_p max e;   p = e / sum e over the tokens kept."""
     z = np.array(logits, dtype=np.float64)
     if repetition_penalty:
-        seen = np.zeros(len(z), dtype=bool)
-        seen[np.asarray(history[-penalty_window:], dtype=np.int64)] = True
-        z = np.where(seen, np.where(z > 0, z / repetition_penalty, z * repetition_penalty), z)
+        recent = np.zeros(len(z), dtype=bool)
+        recent[np.asarray(history[-penalty_window:], dtype=np.int64)] = True
+        z = np.where(recent, np.where(z > 0, z / repetition_penalty, z * repetition_penalty), z)
     if temperature == 0:
         return (np.arange(len(z)) == z.argmax()).astype(np.float64)  # one-hot
     e = np.exp((z - z.max()) / temperature)  # the largest is exactly 1: nothing overflows
@@ -247,19 +250,19 @@ def sample(probs, temperature, rng):
     return int(probs.argmax()) if temperature == 0 else draw(probs, rng.random())
 
 
-def generate(p, cfg, prompt, max_new_tokens, seed=0, stop_tokens=(), **knobs):
+def generate(params, cfg, prompt, max_new_tokens, seed=0, stop_tokens=(), **knobs):
     """prompt + new tokens: read the prompt in one pass (prefill), then one token at a time
     through the cache (decode), until a stop token (kept) or max_new_tokens. knobs: those of
     filtered_probs; one uniform per token from default_rng(seed) unless greedy, as the library."""
     assert len(prompt) + max_new_tokens <= cfg.context_length, "no sliding window here"
     rng, text, cache = np.random.default_rng(seed), list(prompt), []
-    logits = forward(p, cfg, text, cache)[-1]  # prefill: (V,) the last position's logits
+    logits = forward(params, cfg, text, cache)[-1]  # prefill: (V,) the last position's logits
     for n in range(max_new_tokens):
         token = sample(filtered_probs(logits, text, **knobs), knobs.get("temperature", 1.0), rng)
         text.append(token)
         if token in stop_tokens or n == max_new_tokens - 1:
             break
-        logits = forward(p, cfg, [token], cache)[-1]  # decode: one token, everything cached
+        logits = forward(params, cfg, [token], cache)[-1]  # decode: one token, everything cached
     return text
 
 

@@ -65,10 +65,10 @@ def first_window(prompts, W: int) -> Window:
     width = min(W, max(map(len, prompts)))
     tokens = np.full((B, W), -1, dtype=np.int64)
     pad = np.zeros(B, dtype=np.int64)
-    for r, p in enumerate(prompts):
-        seen = p[-W:]
-        pad[r] = width - len(seen)
-        tokens[r, pad[r]:width] = seen
+    for r, prompt in enumerate(prompts):
+        kept = prompt[-W:]
+        pad[r] = width - len(kept)
+        tokens[r, pad[r]:width] = kept
     return Window(tokens, pad, width)
 
 
@@ -86,12 +86,12 @@ def append(window: Window, token, W: int):
         return 0, np.empty(0, dtype=np.int64)
     keep = kept_on_slide(W)
     slid = np.flatnonzero(window.pad == 0)  # rows whose text fills all W columns
-    others = window.pad > 0
-    width = max(keep, int((W + 1 - window.pad[others]).max()) if others.any() else 0)
+    padded = window.pad > 0  # the rows that do not slide
+    width = max(keep, int((W + 1 - window.pad[padded]).max()) if padded.any() else 0)
     shift = W + 1 - width  # >= 1, because every non-sliding row has padding
     window.tokens[:, :W - shift] = window.tokens[:, shift:]  # NumPy copes with the overlap
     window.tokens[:, width - 1] = token
-    window.pad[others] -= shift
+    window.pad[padded] -= shift
     window.pad[slid] = width - keep
     window.tokens[slid, :width - keep] = -1  # the sliding rows forget their older tokens
     window.width = width
@@ -146,8 +146,10 @@ def read(model, tokens, cache, pad=None, progress=None):
     tokens per forward pass. pad: (B,) left padding of each row, given to an empty cache with
     the first chunk; the cache keeps it for every chunk (it may be longer than the first).
     progress: None, or called as progress(tokens read, T) after each chunk."""
-    # Room for the whole text at once (never past the cache's capacity, which append enforces).
-    cache.reserve(min(cache.capacity, cache.length + tokens.shape[1]))
+    # Room for the whole text at once, not chunk by chunk (one chunk's forward pass makes its
+    # own room), never past the cache's capacity (which append enforces).
+    if tokens.shape[1] > READ_CHUNK:
+        cache.reserve(min(cache.capacity, cache.length + tokens.shape[1]))
     for start in range(0, tokens.shape[1], READ_CHUNK):
         logits = model.forward(tokens[:, start:start + READ_CHUNK], cache,
                                pad=pad if start == 0 else None, last=1)

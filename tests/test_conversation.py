@@ -218,3 +218,17 @@ def test_the_chat_ends_a_reply_at_a_stop_text_and_keeps_the_text_before_it(chat_
     assert main(["chat", "--model_path", chat_model_path, "--temperature", "0",
                  "--max_new_tokens", "12", "--stop", stop]) == 0
     assert capsys.readouterr().out == reply[:reply.index(stop)] + "\n"
+
+
+def test_help_shows_how_to_make_and_use_a_conversation():
+    """help(Conversation) shows a short example (Conversation(model), then respond at every
+    turn), and the example runs."""
+    import pydoc
+    import textwrap
+
+    shown = pydoc.plain(pydoc.render_doc(Conversation))
+    assert "Conversation(model)" in shown and "respond(chat, prompt" in shown
+    example = textwrap.dedent(Conversation.__doc__.split("what the cache lacks.", 1)[1])
+    names = {}
+    exec(compile(example, "Conversation.__doc__", "exec"), names)
+    assert len(names["reply"]) == 5 and names["chat"].cached[:3] == [1, 2, 3]

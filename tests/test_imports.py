@@ -57,3 +57,15 @@ def test_the_core_imports_numpy_and_the_standard_library_only():
                 top = name.split(".")[0]
                 assert top not in OPTIONAL, f"{path.name} imports {name} at module level"
                 assert top == "numpy" or top in sys.stdlib_module_names, (path.name, name)
+
+
+def test_import_minillm_gives_the_serving_engine():
+    """`import minillm` alone makes minillm.serving (the Engine) available, in a fresh
+    interpreter where nothing else imported it first."""
+    import subprocess
+
+    code = ("import sys, minillm; assert 'minillm.serving' in sys.modules; "
+            "print(minillm.serving.Engine.__module__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True)
+    assert run.stdout.strip() == "minillm.serving.engine"

@@ -82,17 +82,24 @@ def test_both_loops_refuse_the_same_arguments_the_same_way(run, kwargs, message)
 
 
 def test_off_values_read_as_none_and_the_config_is_frozen():
-    knobs = SamplingConfig(temperature=0.7, top_k=0, top_p=1, min_p=0.0, repetition_penalty=1)
-    assert (knobs.top_k, knobs.top_p, knobs.min_p, knobs.repetition_penalty) == (None,) * 4
-    assert not knobs.greedy and not knobs.penalises
+    sampling = SamplingConfig(temperature=0.7, top_k=0, top_p=1, min_p=0.0,
+                              repetition_penalty=1)
+    assert (sampling.top_k, sampling.top_p, sampling.min_p,
+            sampling.repetition_penalty) == (None,) * 4
+    assert not sampling.greedy and not sampling.penalises
     assert SamplingConfig(temperature=0).greedy
     assert SamplingConfig(repetition_penalty=1.3).penalises
     assert SamplingConfig(frequency_penalty=0.5).penalises
     assert SamplingConfig(presence_penalty=-0.2).penalises
     off = SamplingConfig(frequency_penalty=0, presence_penalty=0.0)
     assert (off.frequency_penalty, off.presence_penalty) == (None, None) and not off.penalises
+    # greedy and penalises are read off the knobs each time (properties), never stored apart
+    assert isinstance(SamplingConfig.greedy, property)
+    assert isinstance(SamplingConfig.penalises, property)
+    assert dataclasses.replace(SamplingConfig(temperature=0), temperature=0.5).greedy is False
+    assert "greedy" not in vars(sampling) and "penalises" not in vars(sampling)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        knobs.top_k = 3
+        sampling.top_k = 3
     config = generation_config(None, MODEL, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
     assert config == GenerationConfig(4, SamplingConfig(temperature=1.0), 0, (1, 3))
     assert type(config.max_new_tokens) is int
@@ -199,3 +206,53 @@ def test_the_chat_command_samples_with_the_chat_defaults():
         **dict(CHAT_DEFAULTS, top_k=None))
     args = build_parser().parse_args(["generate", "x"])  # generate: the model's own
     assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig()
+
+
+def test_every_integer_knob_has_one_rule():
+    """k and ngram are integers >= 1 like every integer knob: a NumPy integer is an integer,
+    a bool or a float is not, and `checked` says so in one message."""
+    from minillm.knobs import checked
+
+    for name in ("k", "ngram", "max_new_tokens", "top_k", "penalty_window"):
+        assert KNOBS[name].kind is int, name
+        assert checked(name, np.int64(3)) == 3 and type(checked(name, np.int64(3))) is int
+        for bad in (True, 2.0, "3"):
+            with pytest.raises(ValueError, match=f"^{name}: must be an integer >= "):
+                checked(name, bad)
+    for name in ("k", "ngram"):
+        assert KNOBS[name].allowed == "an integer >= 1"
+        for bad in (0, -1, None):
+            with pytest.raises(ValueError, match=f"^{name}: must be an integer >= 1, got "):
+                checked(name, bad)
+
+
+@pytest.mark.parametrize("name", ["k", "ngram"])
+@pytest.mark.parametrize("bad", [0, True, 2.5, np.float64(2.0), None])
+def test_speculative_decoding_refuses_a_bad_k_or_ngram_with_the_knobs_message(name, bad):
+    message = f"{name}: must be an integer >= 1, got {bad!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_speculative_generate(max_new_tokens=3, **{name: bad})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_speculative(max_new_tokens=3, **{name: bad})
+
+
+def test_speculative_decoding_takes_numpy_integers_for_k_and_ngram():
+    from minillm.drafters import NgramDrafter
+
+    expected = run_speculative_generate(max_new_tokens=6, k=3, ngram=2, temperature=0)
+    assert run_speculative_generate(max_new_tokens=6, k=np.int64(3), ngram=np.int32(2),
+                                    temperature=0) == expected
+    assert NgramDrafter(20, n=np.int64(2)).n == 2
+    with pytest.raises(ValueError, match=r"^ngram: must be an integer >= 1, got 0$"):
+        NgramDrafter(20, n=0)
+    with pytest.raises(ValueError, match=r"^ngram: must be an integer >= 1, got True$"):
+        NgramDrafter(20, n=True)
+
+
+@pytest.mark.parametrize("run", [run_plain, run_generate, run_respond])
+@pytest.mark.parametrize("name", ["k", "ngram"])
+def test_a_knob_of_speculative_decoding_is_named_as_one_elsewhere(run, name):
+    """KNOBS lists k and ngram, so generate(k=3) says whose knob it is, not "not a knob"."""
+    with pytest.raises(TypeError, match=f"^{name}: a knob of speculative_generate "
+                                        rf"\({re.escape(KNOBS[name].help)}\), not of generate"):
+        run(max_new_tokens=2, **{name: 3})

@@ -7,13 +7,15 @@ The list of chapters is `minillm.READING_ORDER` (one place); the README's "Readi
 section names the same modules in the same order. The top of `minillm/` holds those modules
 (and `__init__`, `__main__`) and nothing else. For each module of the reading order:
 - it imports only NumPy, the standard library and other modules of the reading order (the
-  path is closed: a reader never has to leave it);
+  path is closed: a reader never has to leave it), and of those only the ones before it (the
+  order is the dependency order: a chapter never needs one the reader has not read yet);
 - it imports neither `fast` (the speed devices wrap the reference, never the reverse) nor
   `time` (the algorithms count; the command line and the bench time), and wires no fast path
   by hand (no `.fast` attribute, no `fast=` argument, no MINILLM_FAST);
 - no comment or docstring quotes a machine figure: a duration (ms, µs), a size of memory
-  (MB, GiB), a rate (GB/s, tokens/s, weights/s), a speed-up ("3.5x slower"), or speaks of the
-  machine's devices (BLAS, page faults, bandwidth); those belong in docs/PERFORMANCE.md;
+  (MB, GiB), a rate (GB/s, tokens/s, weights/s), a speed-up in figures or in words ("3.5x
+  slower", "200 times faster", "twice as fast"), or speaks of the machine's devices (BLAS,
+  page faults, bandwidth); those belong in docs/PERFORMANCE.md;
 - it has at most 250 lines (tiny.py, the whole algorithm in one file, at most 350);
 - it reads in one direction: every module-level function it calls from a top-level function
   or class is defined before it, or every one after it (a reader never jumps both ways).
@@ -35,12 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 250
 MAX_LINES_ONE_FILE = 350  # tiny.py: both architectures, the filters, generation, speculative
 
+# A speed-up in words: "two hundred times slower", "a thousand times faster", "twice as fast".
+NUMBER_WORDS = ("two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+                "thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|millions?|"
+                "dozens?|and")
 MACHINE_FIGURES = [
     re.compile(r"\d[\d,.]*\s*(?:ms|µs|us|ns|milliseconds?|microseconds?|nanoseconds?)\b"),
     re.compile(r"\d[\d,.]*\s*(?:[kKMGT]i?B|bytes)\b"),
     re.compile(r"(?:\d[\d,.]*\s*)?(?:[kMG]B|bytes|weights|tokens?|FLOPs?|tok)\s*(?:/\s*s|per "
                r"second)\b", re.I),
     re.compile(r"\d[\d,.]*\s*[x×]\s*(?:slower|faster|the speed)", re.I),
+    re.compile(rf"\b(?:\d[\d,.]*|{NUMBER_WORDS}|an?)(?:[\s-]+(?:{NUMBER_WORDS}))*\s+times\s+"
+               r"(?:slower|faster|quicker|as (?:fast|slow|quick)|the speed)\b", re.I),
+    re.compile(r"\b(?:twice|thrice|half|an? (?:third|quarter)|one (?:third|quarter))\s+"
+               r"(?:as (?:fast|slow|quick)|the speed|slower|faster)\b", re.I),
+    re.compile(r"\borders? of magnitude (?:slower|faster|quicker)\b", re.I),
     re.compile(r"\bBLAS\b|page faults?|bandwidth|cache lines?|\bSIMD\b|\bAVX", re.I),
 ]
 FORBIDDEN_IMPORTS = {"fast", "time"}
@@ -87,6 +98,27 @@ def outside_imports(tree: ast.Module, chapters, package: str = "") -> list[str]:
                 if target not in chapters:
                     found.append("." * node.level + (node.module or ""))
     return found
+
+
+def chapters_imported(tree: ast.Module, chapters, package: str = "") -> set[str]:
+    """The chapters a module imports (`from .x import`, `from ..x import`, `from . import x`,
+    at any depth), as names of the reading order; `package` as in outside_imports."""
+    here = package.split(".") if package else []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level and node.level - 1 <= len(here):
+            target = here[:len(here) - node.level + 1] + ([node.module] if node.module else [])
+            found.add(".".join(target))
+            # from .serving import engine: a name imported from a package may be a module of it
+            found.update(".".join(target + [alias.name]) for alias in node.names)
+    return found & set(chapters)
+
+
+def read_too_early(name: str, tree: ast.Module, chapters=minillm.READING_ORDER) -> list[str]:
+    """The chapters module `name` imports that do not come before it in `chapters`."""
+    package = name.rpartition(".")[0]
+    before = set(chapters[:chapters.index(name)])
+    return sorted(chapters_imported(tree, chapters, package) - before)
 
 
 def imported(tree: ast.Module) -> set[str]:
@@ -183,6 +215,17 @@ def test_the_readme_shows_the_reading_order():
     assert readme_order() == list(minillm.READING_ORDER)
 
 
+@pytest.mark.parametrize("name", minillm.READING_ORDER)
+def test_each_chapter_imports_only_the_chapters_before_it(name):
+    """The reading order is the dependency order: tiny imports no chapter, and every other
+    chapter only chapters the reader has already read."""
+    path = ROOT / "minillm" / (name.replace(".", "/") + ".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert read_too_early(name, tree) == [], f"{name} imports chapters that come after it"
+    if name == "tiny":
+        assert chapters_imported(tree, minillm.READING_ORDER) == set()
+
+
 def test_the_top_of_the_package_is_the_reading_path():
     top = {path.stem for path in (ROOT / "minillm").glob("*.py")} - {"__init__", "__main__"}
     top |= {f"serving.{path.stem}" for path in (ROOT / "minillm" / "serving").glob("*.py")
@@ -231,6 +274,24 @@ def later():
     figures = " ".join(machine_figures(bad, tree))
     for quoted in ("321 tokens/s", "377 MB", "3.5x slower", "BLAS", "12 ms"):
         assert quoted in figures, quoted
+    in_words = ('"""A copy element by element, about 200 times slower; the tiled loop is twice '
+                'as fast,\nthree times faster, two hundred times the speed, an order of '
+                'magnitude quicker."""\n')
+    figures = " ".join(machine_figures(in_words, ast.parse(in_words)))
+    for quoted in ("200 times slower", "twice as fast", "three times faster",
+                   "two hundred times the speed", "order of magnitude quicker"):
+        assert quoted in figures, quoted
+    plain = ('"""Arrays twice as long; each token three times;\nhalf the window, two tokens at '
+             'a time, ten times the keys."""\n')
+    assert machine_figures(plain, ast.parse(plain)) == []
+    ordered = ("tiny", "inputs", "window", "serving.blocks", "serving.engine")
+    late = ast.parse("from .window import first_window\nfrom .serving import engine\n"
+                     "from . import tiny\nimport numpy\n")
+    assert read_too_early("inputs", late, ordered) == ["serving.engine", "window"]
+    assert read_too_early("serving.engine", ast.parse("from ..window import x\n"
+                                                      "from .blocks import y\n"), ordered) == []
+    assert read_too_early("serving.blocks", ast.parse("from .engine import Engine\n"),
+                          ordered) == ["serving.engine"]
     assert two_way_readers(tree) == []  # late calls both helpers after it: one direction
     both_ways = ast.parse("def a():\n    return 1\n\n\ndef b():\n    return a() + c()\n\n\n"
                           "def c():\n    return 2\n")

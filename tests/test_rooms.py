@@ -3,10 +3,13 @@ generation, run in the reference library, counted with `sys.setprofile`.
 
 A function is a code object of minillm's own source that is entered (a method, a property, a
 lambda, a generator expression, a comprehension each count once, however often called; NumPy's
-and the standard library's do not count). The bounds are the README's: one decode step of the
-reference (a one-token `forward` with a cache, then `sample_next_token` with the request's
-checked knobs) at most 5 files and 25 functions; a 4-token `generate` at most 8 files and 40.
-Options a model does not use cost it no call: a Llama-shaped model never enters Gemma's code.
+and the standard library's do not count). The bounds are the README's, each on a small
+Llama-shaped model (modern_model): one decode step of the reference (a one-token `forward` with
+a cache, then `sample_next_token` with the request's checked knobs, llama.cpp's chain) at most
+6 files and 25 functions; a 4-token `generate` at most 8 files and 40, with the default knobs
+and with the chat's; the same decode step of the fast model (`minillm.load`'s, fast.accelerate)
+at most 8 files and 33 functions. Options a model does not use cost it no call: a Llama-shaped
+model never enters Gemma's code.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 import minillm
-from minillm.knobs import SamplingConfig
+from minillm import fast
+from minillm.knobs import CHAT_DEFAULTS, SamplingConfig
 
 PACKAGE = Path(minillm.__file__).resolve().parent
 
@@ -48,21 +52,28 @@ def modern_model():
     return minillm.random_model(cfg, seed=0, dtype="float64")
 
 
-def test_one_decode_step_runs_in_a_few_rooms():
-    model = modern_model()
+def decode_step(model):
+    """One ordinary decode step of `model`, to be counted: a one-token forward through a cache
+    that already holds 6 tokens, then a draw with the chat's knobs, checked once per request."""
     cache = model.new_cache(1)
     model.forward(np.array([[1, 2, 3, 4, 5]]), cache)  # prefill: room for 5 positions
     model.forward(np.array([[6]]), cache)  # the cache doubles its room (now 10, a step that
     # comes once per doubling of the text), so that the step counted is an ordinary one
-    knobs = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)  # per request
+    sampling = SamplingConfig(**CHAT_DEFAULTS)  # per request
     rng = np.random.default_rng(0)
 
     def step():
         logits = model.forward(np.array([[7]]), cache)
-        minillm.sample_next_token(logits[:, -1], knobs, rng=rng)
+        minillm.sample_next_token(logits[:, -1], sampling, rng=rng)
 
-    files, functions = rooms(step)
-    assert files == {"model.py", "layers.py", "kv_cache.py", "inputs.py", "sampling.py"}
+    return step
+
+
+def test_one_decode_step_runs_in_a_few_rooms():
+    files, functions = rooms(decode_step(modern_model()))
+    # knobs.py: the request's SamplingConfig says whether it is greedy, whether it penalises
+    assert files == {"model.py", "layers.py", "kv_cache.py", "inputs.py", "knobs.py",
+                     "sampling.py"}
     assert len(functions) <= 25, sorted(functions)
     assert not any("norm" in name and "post" in name or name == "_qk_norm"
                    for _, _, name in functions)
@@ -75,6 +86,29 @@ def test_a_short_generation_runs_in_a_few_rooms():
     assert len(files) <= 8, sorted(files)
     assert len(functions) <= 40, sorted(functions)
     assert "config.py" not in files  # the model reads its per-layer options once, when made
+
+
+def test_a_short_generation_with_the_chat_knobs_runs_in_a_few_rooms():
+    """The chat's knobs (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) add the filters:
+    40 functions in 8 files, measured."""
+    model = modern_model()
+    assert CHAT_DEFAULTS == dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    files, functions = rooms(lambda: minillm.generate(model, [1, 2, 3], max_new_tokens=4,
+                                                      seed=0, **CHAT_DEFAULTS))
+    assert len(files) <= 8, sorted(files)
+    assert len(functions) <= 40, sorted(functions)
+    assert {"top_k_mask", "top_p_mask"} <= {name for _, _, name in functions}
+
+
+def test_one_decode_step_of_the_fast_model_runs_in_a_few_rooms():
+    """The decode step of the reference test above, on the model `minillm.load` returns
+    (fast.accelerate: the tiled attention, the prepared weights): 33 functions in 8 files,
+    measured; the bound has no margin, so that a new room on this path is seen here."""
+    model = fast.accelerate(modern_model())
+    files, functions = rooms(decode_step(model))
+    assert files == {"model.py", "layers.py", "kv_cache.py", "inputs.py", "knobs.py",
+                     "sampling.py", "fast/model.py", "fast/attention.py"}, sorted(files)
+    assert len(functions) <= 33, sorted(functions)
 
 
 def test_gemma_options_add_to_the_llama_path_and_never_the_reverse():

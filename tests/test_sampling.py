@@ -233,6 +233,23 @@ def test_sampling_needs_a_generator_but_greedy_does_not():
     assert sample_next_token(np.zeros(3), temperature=0) == 0
 
 
+def test_the_knobs_come_as_a_sampling_config_by_name_or_both():
+    """filtered_probs(logits, sampling, history, **knobs): a SamplingConfig (positional or
+    `sampling=`), the knobs by name, or both (the named ones replace the config's)."""
+    z = np.array([[1.0, 2.0, 0.5, -1.0]])
+    by_name = filtered_probs(z, temperature=0.7, top_k=2, top_p=None, min_p=None)
+    sampling = SamplingConfig(temperature=0.7, top_k=2)
+    np.testing.assert_array_equal(filtered_probs(z, sampling), by_name)
+    np.testing.assert_array_equal(filtered_probs(z, sampling=sampling), by_name)
+    np.testing.assert_array_equal(filtered_probs(z, SamplingConfig(temperature=0.7), top_k=2),
+                                  by_name)
+    assert sample_next_token(z, sampling=SamplingConfig(temperature=0)) == [1]
+    with pytest.raises(ValueError, match="sampling: expected a SamplingConfig, got {"):
+        filtered_probs(z, {"temperature": 0.7})
+    with pytest.raises(TypeError, match="temprature: not a sampling knob"):
+        filtered_probs(z, temprature=0.7)
+
+
 def test_exported():
     assert minillm.filtered_probs is filtered_probs
     assert minillm.sample_next_token is sample_next_token

@@ -138,7 +138,7 @@ class UnfilteredQDrafter(ModelDrafter):
         raw = np.zeros_like(q)
         for i in range(len(guesses)):
             logits = self.model.forward(np.array([text + guesses[:i]]))[0, -1]
-            raw[i] = filtered_probs(logits, temperature=self.knobs.temperature)
+            raw[i] = filtered_probs(logits, temperature=self.sampling.temperature)
         return guesses, raw
 
 
@@ -146,15 +146,15 @@ class GreedyDrafter:
     """A wrong drafter: it decodes greedily (its argmax) but reports its softmax q, a
     distribution it did not draw the guesses from. Uncached, to stay short."""
 
-    def __init__(self, model, knobs: SamplingConfig):
-        self.model, self.knobs, self.calls = model, knobs, 0
+    def __init__(self, model, sampling: SamplingConfig):
+        self.model, self.sampling, self.calls = model, sampling, 0
 
     def propose(self, text, k, rng):
         W, guesses = self.model.config.context_length, []
         q = np.zeros((k, self.model.config.vocab_size))
         for i in range(k):
             logits = self.model.forward(np.array([(text + guesses)[-W:]]))[0, -1]
-            q[i] = filtered_probs(logits, temperature=self.knobs.temperature)
+            q[i] = filtered_probs(logits, temperature=self.sampling.temperature)
             guesses.append(int(np.argmax(q[i])))
             self.calls += 1
         return guesses, q

@@ -158,10 +158,10 @@ class FastModel(Model):
         puts its one-hot, skipping the distribution's float64 copy, checks and one-hot
         (docs/PERFORMANCE.md, "Sampling and the norms"). Ties go to the lowest id, as there;
         logits that are not all finite take the reference's way, and its errors."""
-        knobs = step.knobs
-        if knobs.greedy and not knobs.penalises and np.isfinite(step.logits).all():
+        sampling = step.sampling
+        if sampling.greedy and not sampling.penalises and np.isfinite(step.logits).all():
             return step.logits.argmax(axis=-1)
-        return choose(step.probs, knobs, rng)
+        return choose(step.probs, sampling, rng)
 
     def zeros(self, shape) -> np.ndarray:
         """A serving engine's block pool in ordinary pages (`ordinary_pages`): requests touch

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from ..sampling import SamplingConfig, filtered_probs, min_p_mask, top_k_mask, top_p_mask
+from ..sampling import SamplingConfig, filtered_probs, top_k_mask, top_p_mask
 from .settings import SHRINK_SECONDS, as_list, run_property
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
@@ -67,8 +67,9 @@ def probabilities_in_order(z, knobs: SamplingConfig, order=MINILLM_ORDER) -> np.
             keep &= top_k_mask(np.where(keep, z, -np.inf), knobs.top_k)
         elif stage == "top_p" and knobs.top_p is not None:
             keep &= top_p_mask(np.where(keep, e, 0.0), knobs.top_p)
-        elif stage == "min_p" and knobs.min_p is not None:
-            keep &= min_p_mask(np.where(keep, e, 0.0), knobs.min_p)
+        elif stage == "min_p" and knobs.min_p is not None:  # as filtered_probs writes it
+            kept = np.where(keep, e, 0.0)
+            keep &= kept >= knobs.min_p * kept.max(axis=-1, keepdims=True)
     with np.errstate(over="ignore"):
         e = np.where(keep, np.exp((z - z.max(axis=-1, keepdims=True)) / T), 0.0)
     return e / e.sum(axis=-1, keepdims=True)
