@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -111,6 +111,9 @@ class SamplingConfig:
     `None` is the one way a knob reads as off.
 
     penalty_window: how many of the most recent tokens the three penalties look at.
+    greedy (temperature 0: the argmax, no randomness) and penalises (a penalty is on, so each
+    row's history is needed): two facts read off the knobs, fields computed when the config is
+    made (not properties: a decode step reads them without a call).
     """
 
     temperature: float = default("temperature")
@@ -121,24 +124,19 @@ class SamplingConfig:
     penalty_window: int = default("penalty_window")
     frequency_penalty: float | None = default("frequency_penalty")
     presence_penalty: float | None = default("presence_penalty")
+    greedy: bool = field(init=False)
+    penalises: bool = field(init=False)
 
     def __post_init__(self):
-        for name in SAMPLING_KNOBS:
-            object.__setattr__(self, name, checked(name, getattr(self, name)))  # frozen
-
-    @property
-    def greedy(self) -> bool:
-        """Temperature 0: the argmax, no randomness."""
-        return self.temperature == 0
-
-    @property
-    def penalises(self) -> bool:
-        """A penalty is on, so each row's history is needed."""
-        return (self.repetition_penalty is not None or self.frequency_penalty is not None
-                or self.presence_penalty is not None)
+        for name in SAMPLING_KNOBS:  # frozen: set through object.__setattr__, here only
+            object.__setattr__(self, name, checked(name, getattr(self, name)))
+        object.__setattr__(self, "greedy", self.temperature == 0)
+        object.__setattr__(self, "penalises", self.repetition_penalty is not None
+                           or self.frequency_penalty is not None
+                           or self.presence_penalty is not None)
 
 
-SAMPLING_KNOBS = [f.name for f in dataclasses.fields(SamplingConfig)]
+SAMPLING_KNOBS = [f.name for f in dataclasses.fields(SamplingConfig) if f.init]
 DEFAULT_SAMPLING = SamplingConfig()
 
 

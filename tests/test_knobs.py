@@ -93,11 +93,12 @@ def test_off_values_read_as_none_and_the_config_is_frozen():
     assert SamplingConfig(presence_penalty=-0.2).penalises
     off = SamplingConfig(frequency_penalty=0, presence_penalty=0.0)
     assert (off.frequency_penalty, off.presence_penalty) == (None, None) and not off.penalises
-    # greedy and penalises are read off the knobs each time (properties), never stored apart
-    assert isinstance(SamplingConfig.greedy, property)
-    assert isinstance(SamplingConfig.penalises, property)
+    # greedy and penalises are fields read off the knobs when the config is made, never given
+    derived = {f.name for f in dataclasses.fields(SamplingConfig) if not f.init}
+    assert derived == {"greedy", "penalises"}
+    with pytest.raises(TypeError):
+        SamplingConfig(greedy=True)
     assert dataclasses.replace(SamplingConfig(temperature=0), temperature=0.5).greedy is False
-    assert "greedy" not in vars(sampling) and "penalises" not in vars(sampling)
     with pytest.raises(dataclasses.FrozenInstanceError):
         sampling.top_k = 3
     config = generation_config(None, MODEL, max_new_tokens=np.int64(4), stop_tokens=[3, 1, 3])
@@ -169,7 +170,8 @@ def test_an_unknown_knob_is_named(run):
 def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme():
     default = {name: knob.default for name, knob in KNOBS.items()}
     config = GenerationConfig()
-    assert dataclasses.asdict(config.sampling) == {name: default[name] for name in (
+    assert {name: getattr(config.sampling, name) for name in SAMPLING_KNOBS} == {
+        name: default[name] for name in (
         "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "penalty_window",
         "frequency_penalty", "presence_penalty")}
     assert (config.max_new_tokens, config.seed, config.stop_tokens, config.stop_strings) == (
