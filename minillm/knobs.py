@@ -3,7 +3,7 @@
 Every entry point (generate, stream, speculative_generate, the chat's respond, the command
 line) takes its knobs the same way: a GenerationConfig, or knobs by name, or both (a knob
 given by name replaces the config's). KNOBS is the one table of each knob's default, help
-and allowed values: the signatures, the command line's --help and the README's table of
+and allowed values: the signatures, the command line's --help and docs/GUIDE.md's table of
 knobs read it, and `checked` holds every value to it, so that the same bad value meets the
 same message everywhere. The default temperature is 1: the model's own distribution, like
 every other knob's default (off), so that a knob changes nothing unless it is asked to.
@@ -79,7 +79,7 @@ SPECULATIVE_KNOBS = ["k", "ngram"]
 # `minillm chat`'s sampling defaults in place of KNOBS' (the model's own distribution, from
 # whose long tail a small chat model's reply goes astray): llama.cpp's default chain. llama.cpp
 # applies the temperature last, here it comes first (sampling.py), so the same numbers keep a
-# little less of the tail. The chat's --help and the README's table of knobs read this dict.
+# little less of the tail. The chat's --help and docs/GUIDE.md's table read this dict.
 CHAT_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 
 

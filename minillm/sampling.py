@@ -12,8 +12,8 @@ Each filter renormalises what survives before the next one looks at it. Everythi
 batch of rows (B, V) at once; a single row (V,) is accepted too.
 
 The order is that of Hugging Face transformers' logits processors; where the edge cases
-differ from theirs (ties, the penalty's window, all -inf rows, temperature 0): README.md,
-"Generating text".
+differ from theirs (ties, the penalty's window, all -inf rows, temperature 0): docs/GUIDE.md,
+"The knobs".
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One set of knobs, checked once: generate, stream, speculative_generate and the chat's
 respond take the same arguments (a GenerationConfig, knobs by name, or both) and refuse the
 same bad ones with the same message; one table of defaults for the library, the command line
-and the README."""
+and the guide (docs/GUIDE.md)."""
 import dataclasses
 import re
 import sys
@@ -188,12 +188,12 @@ def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme()
             assert KNOBS[name].help in flags[name].help
             if name in own:  # chat's help shows its own default
                 assert f"(default: {own[name]}, llama.cpp's; " in flags[name].help
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "GUIDE.md").read_text(encoding="utf-8")
     rows = {name: (library, chat) for name, library, chat in
-            re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+?) \| *([^|]*?) *\|", readme, re.M)}
+            re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+?) \| *([^|]*?) *\|", guide, re.M)}
     assert {name: rows[name] for name in KNOBS} == {
         name: (str(value), str(CHAT_DEFAULTS.get(name, ""))) for name, value in default.items()}
-    assert SamplingConfig().temperature == 1.0  # the default temperature the README explains
+    assert SamplingConfig().temperature == 1.0  # the default temperature the guide explains
     assert set(CHAT_DEFAULTS) <= set(SAMPLING_KNOBS)
     SamplingConfig(**CHAT_DEFAULTS)  # raises if a chat default is outside its knob's range
 
