@@ -23,8 +23,9 @@ __version__ = "0.1.0"
 # then the library's chapters and what they need. Everything else lives in the subpackages.
 READING_ORDER = ("tiny", "sampling", "rope_scaling", "layers", "kv_cache", "parameters",
                  "config", "inputs", "model", "knobs", "window", "stopping", "logprobs",
-                 "generate", "serving.blocks", "serving.batches", "serving.prefix_cache", "serving.scheduler", "serving.engine", "drafters",
-                 "speculative", "conversation", "quantize")
+                 "generate", "drafters", "speculative", "serving.block_manager",
+                 "serving.batches", "serving.scheduler", "serving.engine", "serving.speculative",
+                 "conversation", "quantize")
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",
            "SamplingConfig", "filtered_probs", "sample_next_token", "GenerationConfig",

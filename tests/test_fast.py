@@ -371,14 +371,14 @@ def test_a_serving_engine_on_the_fast_model_makes_its_pool_in_ordinary_pages(mon
     """The fast model's engine makes its block pool without NumPy's huge-page advice
     (Model.pool_pages); the reference model's as NumPy makes any array; the setting is as
     before once the pool is made."""
-    from minillm.serving import Engine, blocks
-    advice, made = [], blocks.BlockPool.empty.__func__
+    from minillm.serving import Engine, block_manager
+    advice, made = [], block_manager.BlockManager.__init__
 
-    def noted(cls, *shape):
+    def noted(self, *args):
         advice.append(huge_page_advice())
-        return made(cls, *shape)
+        made(self, *args)
 
-    monkeypatch.setattr(blocks.BlockPool, "empty", classmethod(noted))
+    monkeypatch.setattr(block_manager.BlockManager, "__init__", noted)
     original = huge_page_advice()
     try:
         np._core.multiarray._set_madvise_hugepage(True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .blocks import BlockPool, blocks_for
+from .block_manager import BlockManager as BlockPool, blocks_for
 
 
 def write(pool: BlockPool, layer: int, blocks, offsets, k, v) -> None:
