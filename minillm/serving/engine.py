@@ -100,7 +100,7 @@ class Engine:
         self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length)
         self.max_batch_tokens = max_batch_tokens
         self.requests = {}  # id -> Request, until it finishes
-        self.next_id, self.counts = 0, Stats()
+        self.next_id, self.counts = 0, Stats()  # the engine's own counts (stats adds the rest)
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
