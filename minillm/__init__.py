@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 # its folder). Everything else lives in the subpackages.
 READING_ORDER = ("tiny", "rope_scaling", "layers", "kv_cache", "parameters", "config", "inputs",
                  "model", "knobs", "sampling", "window", "stopping", "logprobs", "generate",
-                 "drafters", "speculative", "serving.blocks", "serving.batches",
-                 "serving.prefix_cache", "serving.scheduler", "serving.engine", "conversation",
+                 "drafters", "speculative", "serving.block_manager", "serving.batches",
+                 "serving.scheduler", "serving.speculative", "serving.engine", "conversation",
                  "quantize")
 
 __all__ = ["ModelConfig", "KVCache", "Model", "random_model", "WeightsError", "load", "save",

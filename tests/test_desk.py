@@ -367,11 +367,11 @@ def engine_steps(model, prompts, n=6, block_size=4, num_blocks=18, budget=16, pr
         requests[rid] = engine.requests[rid]
 
     def shot(outputs):
-        return {"running": [r.id for r in engine.running],
-                "waiting": [r.id for r in engine.waiting],
+        return {"running": [r.id for r in engine.scheduler.running],
+                "waiting": [r.id for r in engine.scheduler.waiting],
                 "tables": {rid: (r.computed, list(r.table)) for rid, r in requests.items()},
                 "outputs": [(o.request_id, o.token, o.finished) for o in outputs],
-                "stats": dataclasses.asdict(engine.stats), "refs": list(engine.pool.refs)}
+                "stats": dataclasses.asdict(engine.stats), "refs": list(engine.block_manager.refs)}
 
     shots = [shot([])]
     while engine.has_unfinished():
@@ -806,9 +806,9 @@ def steps_until(gate, condition, most=2000):
 
 def running_alone(loop, ids):
     """Whether the engine's requests are exactly `ids`, all running, each with a token drawn."""
-    running = list(loop.engine.running)
+    running = list(loop.engine.scheduler.running)
     return set(loop.owners) == set(ids) and {r.id for r in running} == set(ids) \
-        and not loop.engine.waiting and all(r.new_tokens > 0 for r in running)
+        and not loop.engine.scheduler.waiting and all(r.new_tokens > 0 for r in running)
 
 
 def in_thread(server, path, body, headers=None):
@@ -881,7 +881,7 @@ def test_a_client_that_leaves_has_its_engine_requests_aborted(gated):
 
 def engine_stats_now(loop) -> int:
     """The blocks the engine's requests hold, read while its loop waits on the gate."""
-    return sum(1 for r in loop.engine.pool.refs if r > 0)
+    return sum(1 for r in loop.engine.block_manager.refs if r > 0)
 
 
 def test_a_request_superseded_while_it_waits_for_a_worker_never_runs(model):

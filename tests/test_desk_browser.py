@@ -420,9 +420,9 @@ def engine_steps(model, prompts, n, block_size, num_blocks, budget):
         requests[rid] = engine.requests[rid]
 
     def shot():
-        running = {r.id for r in engine.running}
+        running = {r.id for r in engine.scheduler.running}
         owners = {}
-        for r in engine.running:
+        for r in engine.scheduler.running:
             for b in r.table:
                 owners.setdefault(b, []).append(r.id)
         return {"states": ["running" if rid in running else "waiting" if rid in engine.requests

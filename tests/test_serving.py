@@ -22,7 +22,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 import minillm
 from minillm.serving import Engine
 from minillm.serving.batches import PackedBatch, PagedBatch
-from minillm.serving.blocks import BlockPool, blocks_for
+from minillm.serving.block_manager import BlockManager, blocks_for
 from minillm.testing.strategies import model_configs
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=30,
@@ -40,9 +40,9 @@ def texts_in_a_pool(data, model, most_rows: int):
     rows = data.draw(st.integers(1, most_rows), label="rows")
     texts = [data.draw(st.lists(st.integers(0, V - 1), min_size=W, max_size=W))
              for _ in range(rows)]
-    pool = BlockPool.empty(cfg.n_layers, rows * blocks_for(W, bs), bs, cfg.n_kv_heads,
-                           cfg.head_dim, model.dtype)
-    return texts, pool, [[pool.allocate() for _ in range(blocks_for(W, bs))] for _ in texts]
+    shape = (cfg.n_layers, rows * blocks_for(W, bs), bs, cfg.n_kv_heads, cfg.head_dim)
+    pool = BlockManager(np.zeros(shape, model.dtype), np.zeros(shape, model.dtype))
+    return texts, pool, [[pool.new_block() for _ in range(blocks_for(W, bs))] for _ in texts]
 
 
 @SETTINGS
@@ -177,6 +177,17 @@ def test_prefix_caching_changes_no_output_and_computes_a_shared_beginning_once()
     assert plain.prompt_tokens_computed == 501 + sum(map(len, prompts))
 
 
+def test_a_prompt_of_whole_cached_blocks_still_computes_its_last_token():
+    """A prompt that fills whole blocks, asked again once they are cached: the second request
+    reuses every block but the last, whose last token's logits give its first new token."""
+    prompt, knobs = [7, 8, 9, 10, 11, 12], {"temperature": 0.9}
+    engine = Engine(MODEL, block_size=3)
+    for seed in (0, 1):
+        rid = engine.add_request(prompt, max_new_tokens=4, seed=seed, **knobs)
+        assert [o.token for o in run(engine)[rid]] == alone(MODEL, prompt, 4, seed, knobs)[0]
+    assert engine.stats.prompt_tokens_reused == 3
+
+
 @pytest.mark.parametrize("caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_preemption_and_a_small_pool_change_no_output(caching):
     prompts = [[i % 7 + 1] * (5 + 3 * i) for i in range(5)]
@@ -301,9 +312,13 @@ def test_bad_requests_are_refused_with_their_reason():
         engine.add_request([99])
     with pytest.raises(ValueError, match="block_size"):
         Engine(MODEL, block_size=0)
-    with pytest.raises(ValueError, match=r"k: must be an integer in \[1, max_batch_tokens - 1"):
-        Engine(MODEL, max_batch_tokens=4).add_request([1, 2], max_new_tokens=5, draft="ngram",
-                                                      k=4)
+    small = Engine(MODEL, max_batch_tokens=4)
+    with pytest.raises(ValueError, match=r"k: must be below max_batch_tokens \(4\), got 4"):
+        small.add_request([1, 2], max_new_tokens=5, draft="ngram", k=4)
+    for k in (0, True, 2.0):  # the knob's own rule, the same message as speculative_generate's
+        with pytest.raises(ValueError, match="k: must be an integer >= 1"):
+            small.add_request([1, 2], max_new_tokens=5, draft="ngram", k=k)
+    small.add_request([1, 2], max_new_tokens=5, draft="ngram", k=np.int64(3))  # as it accepts
 
 
 class EngineAgainstAlone(RuleBasedStateMachine):
@@ -357,13 +372,13 @@ class EngineAgainstAlone(RuleBasedStateMachine):
     def blocks_are_accounted_for(self):
         if self.engine is None:
             return
-        engine, pool = self.engine, self.engine.pool
-        held = [b for r in engine.running + list(engine.waiting) for b in r.table]
-        assert all(not r.table for r in engine.waiting)  # a waiting request holds nothing
+        scheduler, pool = self.engine.scheduler, self.engine.block_manager
+        held = [b for r in scheduler.running + list(scheduler.waiting) for b in r.table]
+        assert all(not r.table for r in scheduler.waiting)  # a waiting request holds nothing
         assert sorted(set(held)) == [b for b in range(pool.num_blocks) if pool.refs[b] > 0]
         for b in set(held):
             assert pool.refs[b] == held.count(b)
-        cached = 0 if engine.prefix is None else len(engine.prefix.unused)
+        cached = len(pool.unheld)
         assert len(pool.free) + cached + len(set(held)) == pool.num_blocks
 
     @invariant()

@@ -207,7 +207,8 @@ def run_engine(model, requests, engine=None, **engine_args) -> EngineRun:
     decoded = 0
     steps = []
     while engine.has_unfinished():
-        prompts = bool(engine.waiting) or any(r.todo > 1 for r in engine.running)
+        prompts = bool(engine.scheduler.waiting) or any(r.to_compute > 1
+                                                        for r in engine.scheduler.running)
         passes = counted.passes
         start = time.perf_counter()
         outputs = engine.step()
@@ -223,7 +224,7 @@ def run_engine(model, requests, engine=None, **engine_args) -> EngineRun:
             if out.request_id not in first:
                 first[out.request_id] = end - t0
                 first_cpu[out.request_id] = time.process_time() - cpu0
-        peak = max(peak, sum(1 for r in engine.pool.refs if r > 0))
+        peak = max(peak, sum(1 for r in engine.block_manager.refs if r > 0))
     total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     engine.model = counted.model
     return EngineRun([tokens[rid] for rid in ids], [first[rid] for rid in ids], total, engine,
@@ -372,7 +373,7 @@ def table2(requests, sizes, note, offs, ons, engine_args) -> tuple[str, float]:
 
 def table3(model, engine, rows) -> str:
     """rows: (workload, requests, peak blocks held)."""
-    cfg, pool = model.config, engine.pool
+    cfg, pool = model.config, engine.block_manager
     itemsize, bs = pool.k.dtype.itemsize, pool.block_size
     block = kv_bytes(cfg, bs, itemsize)
     lines = [f"### 3. KV memory: the block pool's blocks held at the peak against contiguous "
@@ -395,7 +396,7 @@ def table3(model, engine, rows) -> str:
                      f"{ratio(kv_bytes(cfg, whole, itemsize) / paged)} |")
     lines += ["", f"The pool itself is allocated for {pool.num_blocks:,} blocks "
               f"({mib(pool.num_blocks * block)}, the engine's default: room for 16,384 "
-              "positions, or a whole context if longer): `BlockPool.empty` makes its keys and "
+              "positions, or a whole context if longer): the engine makes its keys and "
               "values with `np.zeros`, pages untouched until written, so only the blocks "
               "used are resident."]
     return "\n".join(lines)

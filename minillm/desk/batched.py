@@ -30,7 +30,7 @@ import queue
 from ..logprobs import Rollout
 from ..serve.loop import Choice, EngineLoop, Ticket
 from ..serving import Engine
-from ..serving.blocks import blocks_for
+from ..serving.block_manager import blocks_for
 from .fields import MAX_NEW_TOKENS, RequestError
 
 POLL = 0.05  # seconds between two looks at whether the request is still wanted

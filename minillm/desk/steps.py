@@ -5,9 +5,9 @@ The engine's code runs as it is: the model is wrapped to count the token positio
 computes (`Counted`), and the waiting queue is one that notes who is put back at its head
 (`Queue`): a preempted request waits at the head of the queue, every other joins at its end,
 so those are the step's preemptions (as many as `stats.preemptions` counts: tests/test_desk.py).
-Everything else is read from the engine's own fields: `running`, `waiting`, `requests`, each
-request's `table`, `computed` and `text`, the pool's `refs`, the prefix cache's `keys` and
-`unused`, and `stats`.
+Everything else is read from the engine's own fields: its scheduler's `running` and `waiting`,
+its `requests`, each request's `table`, `computed` and `text`, its block manager's `refs`,
+`unheld` and `is_cached`, and `stats`.
 """
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def snapshot(engine, requests: dict, finished: dict) -> dict:
 
     requests: {id: Request} of every request added (kept after they finish); finished: {id:
     reason} of those that finished."""
-    running = {r.id for r in engine.running}
-    waiting = [r.id for r in engine.waiting]
+    scheduler, manager = engine.scheduler, engine.block_manager
+    running = {r.id for r in scheduler.running}
+    waiting = [r.id for r in scheduler.waiting]
     rows = []
     for rid, request in requests.items():
         state = ("finished" if rid in finished else "running" if rid in running else "waiting")
@@ -59,17 +60,15 @@ def snapshot(engine, requests: dict, finished: dict) -> dict:
                      "table": list(request.table),
                      "new": request.text[request.prompt_length:]})
     owners = {}
-    for request in engine.running:
+    for request in scheduler.running:
         for block in request.table:
             owners.setdefault(block, []).append(request.id)
-    prefix = engine.prefix
     blocks = []
-    for b, refs in enumerate(engine.pool.refs):
-        state = ("held" if refs > 0 else
-                 "cached" if prefix is not None and b in prefix.unused else "free")
+    for b, refs in enumerate(manager.refs):
+        state = "held" if refs > 0 else "cached" if b in manager.unheld else "free"
         blocks.append({"block": b, "refs": refs, "owners": sorted(owners.get(b, [])),
-                       "state": state, "prefix": prefix is not None and b in prefix.keys})
-    return {"running": [r.id for r in engine.running], "waiting": waiting, "requests": rows,
+                       "state": state, "prefix": manager.is_cached(b)})
+    return {"running": [r.id for r in scheduler.running], "waiting": waiting, "requests": rows,
             "blocks": blocks, "stats": dataclasses.asdict(engine.stats)}
 
 
@@ -80,7 +79,7 @@ def run_steps(engine, max_steps: int, max_positions: int) -> tuple[list[dict], s
     computed, and why it stopped early: None, "steps" or "work"."""
     requests = dict(engine.requests)
     finished = {}
-    engine.waiting = queue = Queue(engine.waiting)
+    engine.scheduler.waiting = queue = Queue(engine.scheduler.waiting)
     counter = engine.model
     shots = [dict(snapshot(engine, requests, finished), step=0, outputs=[], preempted=[],
                   positions=0)]

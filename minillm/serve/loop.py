@@ -171,5 +171,5 @@ class EngineLoop:
         from dataclasses import asdict
 
         engine = self.engine
-        return {**asdict(engine.stats), "running": len(engine.running),
-                "waiting": len(engine.waiting), **self.counts}
+        return {**asdict(engine.stats), "running": len(engine.scheduler.running),
+                "waiting": len(engine.scheduler.waiting), **self.counts}

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ..layers import attention, positions_and_mask, sliding_window
-from .blocks import blocks_for
+from .block_manager import blocks_for
 
 
 def write(pool, layer: int, blocks, offsets, k, v) -> None:

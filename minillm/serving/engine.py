@@ -1,25 +1,14 @@
 """The serving engine: many requests at once through one model, each exactly as if alone.
 
-    engine = Engine(model, block_size=16, max_batch_tokens=512)
-    rid = engine.add_request(prompt_ids, max_new_tokens=50, temperature=0.8, seed=1)
-    while engine.has_unfinished():
-        for out in engine.step():      # out.request_id, out.token, out.logprob, out.finished
-            ...
-
 A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` in one
-pass with the block pool as the cache (blocks.py: a row per request when all compute as many
-tokens, else their chunks end to end in one packed row; a speculative round's guesses ride in
-it), then draws a token for every request whose text is now computed, with its own knobs and
-random generator, and lets finished requests go.
-Each request's tokens and log-probabilities are those of `generate(model, [prompt], seed=...,
-**knobs)` run alone (tests/test_serving.py): the same logits (up to rounding, float64), the
-same draws. A request is refused when its prompt and new tokens could pass the context (the
-engine does not slide the window) or the pool.
+pass with the step's requests as the cache (batches.py; a speculative round's guesses ride in
+it, speculative.py), then draws a token for every request whose text is now computed, with its
+own knobs and random generator: the tokens and log-probabilities of `generate(model, [prompt],
+seed=..., **knobs)` run alone (tests/test_serving.py).
 """
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -29,12 +18,11 @@ from ..inputs import check_prompts
 from ..knobs import default, generation_config, random_generator
 from ..logprobs import score
 from ..sampling import choose, filtered_probs
-from ..speculative import accept_or_resample, make_drafter, score_round
 from ..stopping import start_text
 from .batches import PackedBatch, PagedBatch
-from .blocks import BlockPool, blocks_for
-from .prefix_cache import PrefixCache
-from .scheduler import Request, give_back_past, release, schedule
+from .block_manager import BlockManager, blocks_for
+from .scheduler import Request, Scheduler
+from .speculative import Speculation, draft_rounds, judge_round
 
 
 class Output(NamedTuple):
@@ -53,22 +41,46 @@ class Output(NamedTuple):
 
 @dataclass
 class Stats:
-    """Counts since the engine was made, and the pool now."""
+    """What the engine has done since it was made, and its pool's blocks now.
+
+    steps                   steps run (one forward pass each, none when a step had no work)
+    prompt_tokens_computed  prompt positions computed, again after a preemption
+    prompt_tokens_reused    prompt positions found in the prefix cache instead
+    decode_tokens           tokens drawn, for every request
+    preemptions             requests sent back to wait (their blocks released) to make room
+    guesses, accepted       speculative decoding: the guesses proposed, and those kept
+    blocks_in_use           blocks held by at least one request
+    blocks_free             blocks on the free list
+    blocks_cached           blocks held by nobody, kept for their prefix until evicted
+    """
 
     steps: int = 0
-    prompt_tokens_computed: int = 0  # prompt positions computed (again after a preemption)
-    prompt_tokens_reused: int = 0  # prompt positions found in the prefix cache
-    decode_tokens: int = 0  # tokens drawn
+    prompt_tokens_computed: int = 0
+    prompt_tokens_reused: int = 0
+    decode_tokens: int = 0
     preemptions: int = 0
-    guesses: int = 0  # speculative decoding: guesses proposed
-    accepted: int = 0  # and kept
-    blocks_in_use: int = 0  # held by a request
-    blocks_free: int = 0  # on the free list
-    blocks_cached: int = 0  # held by nobody, kept for their prefix until evicted
+    guesses: int = 0
+    accepted: int = 0
+    blocks_in_use: int = 0
+    blocks_free: int = 0
+    blocks_cached: int = 0
 
 
 class Engine:
-    """Requests in, tokens out, a step at a time (continuous batching over a paged KV cache)."""
+    """Requests in, tokens out, a step at a time (continuous batching over a paged KV cache).
+
+        engine = Engine(model, block_size=16, max_batch_tokens=512)
+        rid = engine.add_request(prompt_ids, max_new_tokens=50, temperature=0.8, seed=1)
+        while engine.has_unfinished():
+            for out in engine.step():  # Output: request_id, token, logprob, finished, reason
+                ...
+        engine.abort(rid)              # stop a request now (an unknown or finished id: nothing)
+        engine.stats                   # Stats: steps, tokens computed and drawn, blocks now
+
+    num_blocks: the pool's size (default: room for 16,384 positions, or one whole context if
+    longer); max_batch_tokens: the positions one step computes at most; prefix_caching: full
+    blocks shared by requests whose texts start alike. A request is refused when its prompt and
+    new tokens could pass the context (the engine does not slide the window) or the pool."""
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
                  max_batch_tokens: int = 512, prefix_caching: bool = True):
@@ -77,26 +89,25 @@ class Engine:
                             ("num_blocks", 1 if num_blocks is None else num_blocks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
-        if num_blocks is None:  # room for 16,384 positions, or one whole context if longer
+        if num_blocks is None:
             num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
         self.model = model
         shape = (cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
-        self.pool = BlockPool(model.zeros(shape), model.zeros(shape),
-                              list(range(num_blocks))[::-1], [0] * num_blocks)
-        self.prefix = PrefixCache() if prefix_caching else None
+        # np.zeros leaves a page untouched until a block is written; the fast model's pages
+        # suit blocks first touched a few at a time (FastModel.zeros)
+        self.block_manager = BlockManager(model.zeros(shape), model.zeros(shape), prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length)
         self.max_batch_tokens = max_batch_tokens
-        self.running, self.waiting = [], deque()
         self.requests = {}  # id -> Request, until it finishes
-        self.next_id, self.counts = 0, Stats()
+        self.next_id, self.counts = 0, Stats()  # the engine's own counts (stats adds the rest)
 
-    # -- requests in and out -------------------------------------------------------------------
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
                     **knobs) -> int:
         """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id.
         draft: decode with speculative decoding, guesses from a draft model or "ngram", k a
         round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens)."""
-        cfg = self.model.config
+        cfg, manager = self.model.config, self.block_manager
         prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
         if batch:
             raise ValueError("prompt_ids: one prompt per request, not a batch")
@@ -106,128 +117,99 @@ class Engine:
             raise ValueError(f"prompt_ids: {len(prompts[0])} tokens and max_new_tokens "
                              f"{config.max_new_tokens} pass the context of "
                              f"{cfg.context_length}: the engine does not slide the window")
-        if blocks_for(longest, self.pool.block_size) > self.pool.num_blocks:
+        if blocks_for(longest, manager.block_size) > manager.num_blocks:
             raise ValueError(f"prompt_ids: {longest} positions need more than the pool's "
-                             f"{self.pool.num_blocks} blocks of {self.pool.block_size}")
+                             f"{manager.num_blocks} blocks of {manager.block_size}")
         text = prompts[0].tolist()
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
                           logprobs)
         if draft is not None:
-            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < self.max_batch_tokens:
-                raise ValueError(f"k: must be an integer in [1, max_batch_tokens - 1 = "
-                                 f"{self.max_batch_tokens - 1}], got {k!r}")
-            request.drafter = make_drafter(draft, cfg.vocab_size, config.sampling, ngram,
-                                           self.model.tokenizer)
-            request.k = k
+            request.speculation = Speculation.make(draft, k, ngram, self.model,
+                                                   config.sampling, self.max_batch_tokens)
         if config.stop_strings:
             request.stop_text = start_text(self.model.tokenizer, text)
         self.requests[request.id] = request
-        self.waiting.append(request)
+        self.scheduler.waiting.append(request)
         self.next_id += 1
         return request.id
 
     def abort(self, request_id: int) -> None:
-        """Stop a request now; its blocks go back to the pool. An unknown or finished id is
-        ignored."""
+        """Stop a request now, its blocks given back; an unknown or finished id is ignored."""
         request = self.requests.pop(request_id, None)
-        if request is None:
-            return
-        (self.running if request in self.running else self.waiting).remove(request)
-        release(self, request)
+        if request is not None:
+            self.scheduler.finish(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.scheduler.running or self.scheduler.waiting)
 
     @property
     def stats(self) -> Stats:
-        """The counts, and the pool's blocks as they are now."""
-        s, refs = self.counts, self.pool.refs
-        s.blocks_in_use = sum(1 for r in refs if r > 0)
-        s.blocks_free = len(self.pool.free)
-        s.blocks_cached = 0 if self.prefix is None else len(self.prefix.unused)
-        return s
-
-    # -- a step ------------------------------------------------------------------------------
+        """What the engine has done, and the pool's blocks now (Stats documents each count)."""
+        manager, scheduler = self.block_manager, self.scheduler
+        return replace(self.counts, preemptions=scheduler.preemptions,
+                       prompt_tokens_reused=scheduler.prompt_tokens_reused,
+                       blocks_in_use=sum(r > 0 for r in manager.refs),
+                       blocks_free=len(manager.free), blocks_cached=len(manager.unheld))
 
     def step(self) -> list[Output]:
         """Run one step: the scheduled chunks through the model in one pass, a token for every
-        request whose text is computed (a round's for a speculating one); returns them."""
-        work = schedule(self)
-        guesses = {r.id: r.drafter.propose(r.text, n - r.todo, r.rng)  # a round drafts first
-                   for r, n in work if r.rounds(n)}  # id -> (guesses, q)
-        outputs = self._forward(work, guesses) if work else []
+        request whose text is computed (a round's tokens for a speculating one); returns them."""
+        work = self.scheduler.schedule()
+        guesses = draft_rounds(work)  # id -> (guesses, q): a round drafts before the pass
+        outputs = []
+        for (request, n), z in zip(work, self._forward(work, guesses) if work else []):
+            if request.id in guesses:  # a round: the kept guesses and the next token
+                kept, new, scores = judge_round(request, *guesses[request.id], z)
+                self.counts.guesses += len(guesses[request.id][0])
+                self.counts.accepted += kept
+                self._computed(request, request.to_compute + kept)  # the new token: unread
+                self.block_manager.give_back_past(request)  # the rejected guesses' blocks
+            else:
+                self._computed(request, n)
+                if request.computed < len(request.text):  # its prompt's next chunk waits
+                    continue
+                new, scores = self._draw(request, z[-1])
+            for i, token in enumerate(new):
+                outputs.append(self._emit(request, token, scores and scores[i]))
+                if outputs[-1].finished:
+                    break
         self.counts.steps += 1
         return outputs
 
-    def _forward(self, work, guesses) -> list[Output]:
+    def _forward(self, work, guesses) -> list[np.ndarray]:
         """One forward pass for every request's chunk (a round's: its text's rest and guesses),
-        a row each when all are as long (decoding), else end to end in one packed row; the
-        logits of each one's last position (a round's last k + 1) decide its tokens."""
-        texts = [r.text[r.computed:r.computed + n] + guesses.get(r.id, ([], None))[0]
-                 for r, n in work]
+        a row each when all are as long (decoding), else end to end in one packed row; returns
+        the logits of each one's last position (a round's last k + 1), (w, V) per request."""
+        chunks = [r.text[r.computed:r.computed + n] + guesses.get(r.id, ([], None))[0]
+                  for r, n in work]
         tables, starts = [r.table for r, _ in work], np.array([r.computed for r, _ in work])
-        counts = np.array([len(t) for t in texts])
-        wants = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else 1 for r, _ in work])
-        if (counts == counts[0]).all():
-            batch = PagedBatch(self.pool, tables, starts, self.model.attend)
-            rows = self.model.forward(np.array(texts), batch, last=wants.max())  # (R, w, V)
-            logits = [z[len(z) - w:] for z, w in zip(rows, wants)]
-        else:  # the logits of each request's last `want` tokens in the row
-            batch = PackedBatch(self.pool, tables, starts, counts, self.model.attend)
-            ends = np.cumsum(counts)
-            last = np.concatenate([np.arange(e - w, e) for e, w in zip(ends, wants)])
-            rows = self.model.forward(np.concatenate(texts)[None], batch, last=last)[0]
-            logits = np.split(rows, np.cumsum(wants)[:-1])  # per request (w, V)
-        outputs = []
-        for (request, n), z in zip(work, logits):
-            if request.id in guesses:
-                outputs += self._round(request, *guesses[request.id], z)
-                continue
-            self._computed(request, n)
-            if request.computed == len(request.text):  # its text all computed: its next token
-                outputs.append(self._draw(request, z[-1]))
-        return outputs
+        lengths = np.array([len(c) for c in chunks])
+        logits_wanted = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else 1
+                                  for r, _ in work])
+        if (lengths == lengths[0]).all():
+            batch = PagedBatch(self.block_manager, tables, starts, self.model.attend)
+            rows = self.model.forward(np.array(chunks), batch, last=logits_wanted.max())
+            return [z[len(z) - w:] for z, w in zip(rows, logits_wanted)]  # rows: (R, w, V)
+        batch = PackedBatch(self.block_manager, tables, starts, lengths, self.model.attend)
+        ends = np.cumsum(lengths)  # each request's last positions in the packed row
+        last = np.concatenate([np.arange(e - w, e) for e, w in zip(ends, logits_wanted)])
+        rows = self.model.forward(np.concatenate(chunks)[None], batch, last=last)[0]
+        return np.split(rows, np.cumsum(logits_wanted)[:-1])
 
     def _computed(self, request: Request, n: int) -> None:
         """Count n more positions as computed; each block they filled joins the prefix cache."""
         start, request.computed = request.computed, request.computed + n
         self.counts.prompt_tokens_computed += max(0, min(request.computed,
                                                          request.prompt_length) - start)
-        if self.prefix is None:
-            return
-        bs = self.pool.block_size
-        for b in range(len(request.block_keys), request.computed // bs):
-            previous = request.block_keys[-1] if request.block_keys else None
-            request.block_keys.append(self.prefix.store(request.table[b], previous,
-                                                        request.text[b * bs:(b + 1) * bs]))
+        self.block_manager.cache_full_blocks(request)
 
-    def _draw(self, request: Request, logits) -> Output:
-        """The request's next token from the logits of its last position, as generate draws
-        it: the knobs over the text so far, the request's own generator."""
-        knobs = request.config.sampling
-        probs = filtered_probs(logits[None], knobs, np.array([request.text]))  # (1, V)
-        token = int(choose(probs, knobs, request.rng)[0])
-        scored = score(probs, logits[None], [token])[0] if request.logprobs else None
-        return self._emit(request, token, scored)
-
-    def _round(self, request: Request, guesses, q, logits) -> list[Output]:
-        """A round of speculative decoding ends as in speculative_generate alone: the guesses
-        judged by the pass's logits (k + 1, V), the kept ones and the next token emitted, the
-        rejected positions forgotten, the blocks wholly past the kept text given back."""
-        knobs, before = request.config.sampling, list(request.text)
-        kept, token = accept_or_resample(logits, guesses, q, request.text, 0, knobs, request.rng)
-        self.counts.guesses += len(guesses)
-        self.counts.accepted += kept
-        self._computed(request, request.todo + kept)  # the new token's position stays unread
-        give_back_past(self, request)
-        new = guesses[:kept] + [token]
-        scores = score_round(new, logits[:kept + 1], before, knobs) if request.logprobs else None
-        outputs = []
-        for i, token in enumerate(new):
-            outputs.append(self._emit(request, token, scores and scores[i]))
-            if outputs[-1].finished:
-                break
-        return outputs
+    def _draw(self, request: Request, logits) -> tuple[list, list | None]:
+        """([the next token], [its ScoredToken] if asked) from the logits of the last position,
+        as generate draws it: the knobs over the text so far, the request's own generator."""
+        sampling = request.config.sampling
+        probs = filtered_probs(logits[None], sampling, np.array([request.text]))  # (1, V)
+        token = int(choose(probs, sampling, request.rng)[0])
+        return [token], (score(probs, logits[None], [token]) if request.logprobs else None)
 
     def _emit(self, request: Request, token: int, scored) -> Output:
         """The text grows by `token` (scored: its ScoredToken, if asked); it may finish."""
@@ -235,16 +217,12 @@ class Engine:
         request.new_tokens += 1
         self.counts.decode_tokens += 1
         config = request.config
-        reason = None
-        if config.stop_tokens or request.stop_text is not None:
-            texts = None if request.stop_text is None else [request.stop_text]
-            if ends_row([token], [0], config, texts)[0]:
-                reason = "stop"
-        if reason is None and request.new_tokens == config.max_new_tokens:
-            reason = "length"
+        texts = None if request.stop_text is None else [request.stop_text]
+        stop = (config.stop_tokens or texts) and ends_row([token], [0], config, texts)[0]
+        reason = "stop" if stop else "length" if request.new_tokens == config.max_new_tokens \
+            else None
         if reason is not None:
-            self.running.remove(request)
             del self.requests[request.id]
-            release(self, request)
+            self.scheduler.finish(request)
         logprob, raw = (None, None) if scored is None else scored[1:]
         return Output(request.id, token, logprob, reason is not None, reason, raw)

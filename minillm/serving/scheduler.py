@@ -2,28 +2,25 @@
 
 A request has a text (its prompt, then the tokens drawn so far) and `computed`, how many of its
 positions have keys and values in its blocks; it still has to compute text[computed:]. A
-request decoding has exactly one token left (the last one drawn); a request reading its prompt
-has more. Each step, within `max_batch_tokens`:
+request decoding has exactly one token to compute (the last one drawn); a request reading its
+prompt has more. Each step, within `max_batch_tokens`:
 
     1. every running request that is decoding computes its one token;
     2. running requests still reading their prompt take the next chunk of it (chunked prefill);
     3. waiting requests join, oldest first, each with a first chunk, while the budget and the
-       free blocks last (a joining request first reuses the cached blocks its text starts with).
+       blocks last (a joining request first reuses the cached blocks its text starts with).
 
-A request's chunk needs blocks for its new positions. When the pool has none left (no free
-block, no cached block nobody holds), the newest running request is preempted: its blocks are
-released and it waits again at the head of the queue, to compute its whole text anew when it
-rejoins (its full blocks may still be cached by then). Requests leave the running set as soon
-as they finish. Invariants, after every step: a block is held by exactly `refs[b]` tables; the
-blocks held, free and cached-unheld add up to the pool; a waiting request holds no block.
+A request's chunk needs blocks for its new positions (block_manager.py). When none can be
+handed out, the newest running request is preempted: its blocks are released and it waits
+again at the head of the queue, to compute its whole text anew when it rejoins (its full
+blocks may still be cached by then). Requests leave as soon as they finish.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from .blocks import blocks_for
 
 
 @dataclass(eq=False)
@@ -37,140 +34,86 @@ class Request:
     rng: np.random.Generator
     logprobs: bool = False
     stop_text: object = None  # the new text decoded so far, when stop strings are watched
-    drafter: object = None  # speculative decoding: who guesses (speculative.make_drafter)
-    k: int = 0  # guesses per round
+    speculation: object = None  # speculative decoding's drafter and k (speculative.py)
     table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
-    block_keys: list = field(default_factory=list)  # prefix-cache key of each full block
     computed: int = 0  # positions [0, computed) are in the blocks
     new_tokens: int = 0
 
     @property
-    def todo(self) -> int:
+    def to_compute(self) -> int:
         """Tokens still to compute: 1 when decoding, more while reading the prompt."""
         return len(self.text) - self.computed
 
     def chunk(self, budget: int, context_length: int) -> int:
-        """How many positions this request computes in a step within `budget` (0: it waits).
-        Without a drafter, the next chunk of its text. With one, a round of speculative
-        decoding as speculative_generate runs it alone: the rest of its text and a round's
-        guesses, min(k, what the context and max_new_tokens leave), all or nothing; until the
-        budget holds that, chunks of its prompt that leave its last token to the round."""
-        if self.drafter is None:
-            return min(self.todo, budget)
-        room = min(self.k, context_length - len(self.text),
-                   self.config.max_new_tokens - self.new_tokens - 1)
-        return self.todo + room if self.todo + room <= budget else min(self.todo - 1, budget)
-
-    def rounds(self, n: int) -> bool:
-        """Whether computing n positions is a round of speculative decoding (chunk)."""
-        return self.drafter is not None and n >= self.todo
+        """How many positions this request computes in a step within `budget` (0: it waits):
+        the next chunk of its text, or a speculating request's (speculative.py)."""
+        if self.speculation is None:
+            return min(self.to_compute, budget)
+        return self.speculation.chunk(self, budget, context_length)
 
 
-def schedule(engine) -> list[tuple[Request, int]]:
-    """The next step's work: (request, how many of its tokens to compute), every block it needs
-    taken. Running requests go in the order they joined, which puts the decoding ones first
-    (a request joins with its prompt, and every request that joined before it has finished its
-    prompt, or joined in the same step and goes before it), so the newest request, the one
-    preempted when blocks run out, is never one already given work in this step. Waiting
-    requests join while the budget and the blocks allow, until one of them (or a running one)
-    is left with part of its prompt unread: a prompt read in chunks is read without others
-    joining, so that the blocks it shares with the next requests are cached before they come."""
-    budget = engine.max_batch_tokens
-    work = []
-    W = engine.model.config.context_length
-    for request in list(engine.running):  # oldest first: the decoding ones come first
-        if request not in engine.running or budget == 0:  # preempted, or no budget left
-            break
-        n = request.chunk(budget, W)
-        if n and make_room(engine, request, n):  # else it waits, or gave way itself
+class Scheduler:
+    """The waiting queue (oldest first) and the running requests (in the order they joined),
+    and the blocks they hold."""
+
+    def __init__(self, block_manager, max_batch_tokens: int, context_length: int):
+        self.block_manager = block_manager
+        self.max_batch_tokens, self.context_length = max_batch_tokens, context_length
+        self.waiting, self.running = deque(), []
+        self.preemptions = 0
+        self.prompt_tokens_reused = 0  # prompt positions found in the prefix cache
+
+    def finish(self, request: Request) -> None:
+        """The request leaves (finished or aborted); its blocks go back."""
+        (self.running if request in self.running else self.waiting).remove(request)
+        self.block_manager.release(request)
+
+    def schedule(self) -> list[tuple[Request, int]]:
+        """The next step's work: (request, how many of its tokens to compute), every block it
+        needs taken. The running requests go first, in the order they joined, which puts the
+        decoding ones first (those that joined before a request still reading its prompt have
+        read theirs), so the newest, the one preempted when blocks run out, is never one already
+        given work. Waiting requests join until one of them (or a running one) is left with
+        part of its prompt unread: a prompt read in chunks is read without others joining, so
+        that the blocks it shares with the next requests are cached before they come."""
+        budget, work = self.max_batch_tokens, []
+        manager, W = self.block_manager, self.context_length
+        for request in list(self.running):  # oldest first: the decoding ones come first
+            if request not in self.running or budget == 0:  # preempted, or no budget left
+                break
+            n = request.chunk(budget, W)
+            if n and self.make_room(request, n):  # else it waits, or gave way itself
+                work.append((request, n))
+                budget -= n
+        while self.waiting and budget > 0 and all(n >= r.to_compute for r, n in work):
+            request = self.waiting[0]
+            manager.reuse_prefix(request)
+            n = request.chunk(budget, W)
+            if n == 0 or not manager.can_allocate(request, n):
+                manager.release(request)  # no room: it waits, holding nothing
+                break
+            self.running.append(self.waiting.popleft())
+            self.prompt_tokens_reused += min(request.computed, request.prompt_length)
+            manager.allocate(request, n)
             work.append((request, n))
             budget -= n
-    while engine.waiting and budget > 0 and all(n >= r.todo for r, n in work):
-        request = engine.waiting[0]
-        reuse_prefix(engine, request)
-        n = request.chunk(budget, W)
-        if n == 0 or blocks_for(request.computed + n, engine.pool.block_size) \
-                - len(request.table) > blocks_available(engine):
-            release(engine, request)  # no room: it waits, holding nothing
-            break
-        engine.waiting.popleft()
-        engine.running.append(request)
-        engine.counts.prompt_tokens_reused += min(request.computed, request.prompt_length)
-        take_blocks(engine, request, n)
-        work.append((request, n))
-        budget -= n
-    return work
+        return work
 
+    def make_room(self, request: Request, n: int) -> bool:
+        """Take the blocks `request` needs for n more positions, preempting the newest running
+        requests while they cannot be handed out; False if `request` itself gave way."""
+        while not self.block_manager.can_allocate(request, n):
+            newest = self.running[-1]
+            self.preempt(newest)
+            if newest is request:
+                return False
+        self.block_manager.allocate(request, n)
+        return True
 
-def make_room(engine, request: Request, n: int) -> bool:
-    """Take the blocks `request` needs for n more positions, preempting the newest running
-    requests while the pool is short; False if `request` itself had to give way."""
-    need = blocks_for(request.computed + n, engine.pool.block_size) - len(request.table)
-    while need > blocks_available(engine):
-        newest = engine.running[-1]
-        preempt(engine, newest)
-        if newest is request:
-            return False
-    take_blocks(engine, request, n)
-    return True
-
-
-def take_blocks(engine, request: Request, n: int) -> None:
-    """Blocks for positions up to computed + n, from the free list or, when it is empty, by
-    evicting the least recently used cached block nobody holds."""
-    while len(request.table) < blocks_for(request.computed + n, engine.pool.block_size):
-        request.table.append(new_block(engine))
-
-
-def preempt(engine, request: Request) -> None:
-    """Give every block back; the request waits at the head of the queue and will compute its
-    whole text again."""
-    engine.running.remove(request)
-    release(engine, request)
-    engine.waiting.appendleft(request)
-    engine.counts.preemptions += 1
-
-
-# -- blocks: who holds which ---------------------------------------------------------------
-
-def blocks_available(engine) -> int:
-    """Blocks that can be handed out: free, or cached and held by nobody."""
-    return len(engine.pool.free) + (0 if engine.prefix is None else len(engine.prefix.unused))
-
-def new_block(engine) -> int:
-    """A block for new positions: a free one, else the least recently used cached one."""
-    if not engine.pool.free:
-        engine.pool.free.append(engine.prefix.evict())
-    return engine.pool.allocate()
-
-def reuse_prefix(engine, request: Request) -> None:
-    """Point a joining request's table at the cached blocks its text starts with."""
-    if engine.prefix is None or request.table:
-        return
-    bs = engine.pool.block_size
-    for block in engine.prefix.lookup(request.text, bs):
-        if engine.pool.refs[block] == 0:
-            del engine.prefix.unused[block]
-        engine.pool.hold(block)
-        request.table.append(block)
-        request.block_keys.append(engine.prefix.keys[block])
-    request.computed = len(request.table) * bs
-
-def give_back_past(engine, request: Request) -> None:
-    """Give back the blocks wholly past the request's computed positions (a speculative
-    round's rejected guesses): only this request held them, and none is in the prefix cache."""
-    while len(request.table) > blocks_for(request.computed, engine.pool.block_size):
-        block = request.table.pop()
-        engine.pool.release(block)
-        engine.pool.free.append(block)
-
-def release(engine, request: Request) -> None:
-    """Give back every block of the request: a block nobody holds any more is free, or
-    stays cached for its prefix; the request will compute its text from the start."""
-    for block in request.table:
-        if engine.pool.release(block):
-            if engine.prefix is not None and block in engine.prefix.keys:
-                engine.prefix.unused[block] = True  # the most recently used end
-            else:
-                engine.pool.free.append(block)
-    request.table, request.block_keys, request.computed = [], [], 0
+    def preempt(self, request: Request) -> None:
+        """Give every block back; the request waits at the head of the queue and will compute
+        its whole text again."""
+        self.running.remove(request)
+        self.block_manager.release(request)
+        self.waiting.appendleft(request)
+        self.preemptions += 1
