@@ -1,12 +1,9 @@
-"""The paged KV cache as a forward pass sees it: the rows of a step's requests, read and written
-through their block tables (the pool and who holds which block: block_manager.py).
-
-`PagedBatch`: a row per request, every row computing as many new tokens (a step of decodes).
-`PackedBatch`: the requests' chunks of different lengths end to end in one row (a step that
-reads prompts too). Each answers what Model.forward asks of any cache (kv_cache.py):
-positions_and_mask, sliding_window, append, attend, advance; and each reads a request's keys
-and values in the order a contiguous cache holds them, so the logits are the contiguous
-cache's (tests/test_serving.py).
+"""The paged KV cache as a forward pass sees it: a step's requests read and written through
+their block tables (the pool and who holds which block: block_manager.py). `PagedBatch`: a row
+per request, every row computing as many new tokens (decodes); `PackedBatch`: chunks of
+different lengths end to end in one row. Each answers what Model.forward asks of any cache
+(kv_cache.py) and reads a request's keys and values in the order a contiguous cache holds them,
+so the logits are the contiguous cache's (tests/test_serving.py).
 """
 from __future__ import annotations
 
@@ -17,6 +14,14 @@ import numpy as np
 
 from ..layers import attention, positions_and_mask, sliding_window
 from .block_manager import blocks_for
+
+
+def check_fits(pool, rows: int, shape, dtype) -> None:
+    """A pool of (n_layers, _, _, n_kv_heads, head_dim) = `shape` for `rows` rows, in `dtype`."""
+    got = pool.k.shape
+    if (got[0], rows, got[3], got[4]) != shape or pool.k.dtype != dtype:
+        raise ValueError(f"cache: a block pool of {got} / {pool.k.dtype} for {rows} rows does "
+                         f"not fit this model and batch (expected {shape} / {dtype})")
 
 
 def write(pool, layer: int, blocks, offsets, k, v) -> None:
@@ -51,13 +56,7 @@ class PagedBatch:
     slots: tuple | None = None  # where the new positions go (slots_of_new_positions), per pass
 
     def check_fits(self, shape, dtype) -> None:
-        n_layers, B, heads, head_dim = shape
-        pool = self.pool.k
-        if (pool.shape[0], len(self.tables), pool.shape[3], pool.shape[4]) != shape \
-                or pool.dtype != dtype:
-            raise ValueError(f"cache: a block pool of {pool.shape} / {pool.dtype} for "
-                             f"{len(self.tables)} rows does not fit this model and batch "
-                             f"(expected {shape} / {dtype})")
+        check_fits(self.pool, len(self.tables), shape, dtype)
 
     def positions_and_mask(self, T: int):
         return positions_and_mask(len(self.tables), T, self.length, None)
@@ -147,11 +146,7 @@ class PackedBatch:
         self.slots = self.blocks[index // bs][None], (index % bs)[None]
 
     def check_fits(self, shape, dtype) -> None:
-        pool = self.pool.k
-        if (pool.shape[0], 1, pool.shape[3], pool.shape[4]) != shape or pool.dtype != dtype:
-            raise ValueError(f"cache: a block pool of {pool.shape} / {pool.dtype} for one "
-                             f"packed row does not fit this model and batch (expected {shape} "
-                             f"/ {dtype})")
+        check_fits(self.pool, 1, shape, dtype)  # one packed row
 
     def positions_and_mask(self, T: int):
         """Positions (1, T) and the mask (T, S): a query sees its own request's keys, up to its

@@ -1,9 +1,7 @@
 """Who holds which block: the paged KV cache (PagedAttention, Kwon et al. 2023) and the prefix
-cache, in one owner. Position p of a request's text lives in block table[p // block_size], at
-offset p % block_size:
+cache, in one owner. Position p of a request's text lives in block table[p // block_size]:
 
-    k[layer, table[p // block_size], p % block_size]           the keys of position p, (K, d)
-    (n_layers, num_blocks, block_size, n_kv_heads, head_dim)  the shape of k and of v
+    k[layer, table[p // block_size], p % block_size]     the keys of position p, (K, d)
 
 so a request holds only the blocks its text fills, whatever the context length (none is freed
 early for Gemma 3's local layers: all layers share one table, and the global ones read it all).
@@ -47,15 +45,11 @@ class BlockManager:
         self.cached = {}  # hash -> the block cached under it
         self.unheld = OrderedDict()  # cached blocks nobody holds, least recently used first
 
-    @property
-    def available(self) -> int:
-        """Blocks that can be handed out: free, or cached and held by nobody."""
-        return len(self.free) + len(self.unheld)
-
     def can_allocate(self, request, n: int) -> bool:
-        """Whether the blocks for n more positions of `request` can be handed out."""
+        """Whether the blocks for n more positions of `request` can be handed out: free ones,
+        or cached ones nobody holds."""
         need = blocks_for(request.computed + n, self.block_size) - len(request.table)
-        return need <= self.available
+        return need <= len(self.free) + len(self.unheld)
 
     def reuse_prefix(self, request) -> None:
         """Point a joining request's table at the cached blocks its text starts with, the

@@ -22,14 +22,13 @@ from ..stopping import start_text
 from .batches import PackedBatch, PagedBatch
 from .block_manager import BlockManager, blocks_for
 from .scheduler import Request, Scheduler
-from .speculative import Speculation, draft_rounds, judge_round
+from .speculative import Speculation, draft_rounds, end_round
 
 
 class Output(NamedTuple):
-    """What a request produced in a step: its new token, whether it is finished and why
-    ("stop": a stop token or string, "length": max_new_tokens, "abort"), and when asked ln p of
-    the token under the distribution it was drawn from and under the model's own logits (T = 1,
-    no knob: generate's raw_logprobs)."""
+    """A request's new token, whether it is finished and why ("stop": a stop token or string,
+    "length": max_new_tokens), and when asked ln p of the token under the distribution it was
+    drawn from and under the model's own logits (generate's raw_logprobs)."""
 
     request_id: int
     token: int | None
@@ -41,17 +40,16 @@ class Output(NamedTuple):
 
 @dataclass
 class Stats:
-    """What the engine has done since it was made, and its pool's blocks now.
+    """What the engine has done since it was made, and its pool's blocks now:
 
-    steps                   steps run (one forward pass each, none when a step had no work)
-    prompt_tokens_computed  prompt positions computed, again after a preemption
-    prompt_tokens_reused    prompt positions found in the prefix cache instead
-    decode_tokens           tokens drawn, for every request
-    preemptions             requests sent back to wait (their blocks released) to make room
-    guesses, accepted       speculative decoding: the guesses proposed, and those kept
-    blocks_in_use           blocks held by at least one request
-    blocks_free             blocks on the free list
-    blocks_cached           blocks held by nobody, kept for their prefix until evicted
+    steps                     steps run (one forward pass each, none when a step had no work)
+    prompt_tokens_computed    prompt positions computed (again after a preemption), and those
+      prompt_tokens_reused    found in the prefix cache instead
+    decode_tokens             tokens drawn, for every request
+    preemptions               requests sent back to wait (their blocks released) to make room
+    guesses, accepted         speculative decoding: the guesses proposed, and those kept
+    blocks_in_use, blocks_free, blocks_cached   blocks held by a request; on the free list;
+                              held by nobody, kept for their prefix until evicted
     """
 
     steps: int = 0
@@ -79,8 +77,8 @@ class Engine:
 
     num_blocks: the pool's size (default: room for 16,384 positions, or one whole context if
     longer); max_batch_tokens: the positions one step computes at most; prefix_caching: full
-    blocks shared by requests whose texts start alike. A request is refused when its prompt and
-    new tokens could pass the context (the engine does not slide the window) or the pool."""
+    blocks shared by requests whose texts start alike. A request that could pass the context
+    (the engine does not slide the window) or the pool is refused."""
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
                  max_batch_tokens: int = 512, prefix_caching: bool = True):
@@ -89,15 +87,12 @@ class Engine:
                             ("num_blocks", 1 if num_blocks is None else num_blocks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
-        if num_blocks is None:
-            num_blocks = blocks_for(max(cfg.context_length, 2 ** 14), block_size)
-        self.model = model
+        num_blocks = num_blocks or blocks_for(max(cfg.context_length, 2 ** 14), block_size)
+        self.model, self.max_batch_tokens = model, max_batch_tokens
+        # model.zeros: pages untouched until a block is written (the fast model's: ordinary ones)
         shape = (cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
-        # np.zeros leaves a page untouched until a block is written; the fast model's pages
-        # suit blocks first touched a few at a time (FastModel.zeros)
         self.block_manager = BlockManager(model.zeros(shape), model.zeros(shape), prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length)
-        self.max_batch_tokens = max_batch_tokens
         self.requests = {}  # id -> Request, until it finishes
         self.next_id, self.counts = 0, Stats()  # the engine's own counts (stats adds the rest)
 
@@ -121,13 +116,11 @@ class Engine:
             raise ValueError(f"prompt_ids: {longest} positions need more than the pool's "
                              f"{manager.num_blocks} blocks of {manager.block_size}")
         text = prompts[0].tolist()
+        stop_text = start_text(self.model.tokenizer, text) if config.stop_strings else None
+        speculation = None if draft is None else Speculation.make(
+            draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
-                          logprobs)
-        if draft is not None:
-            request.speculation = Speculation.make(draft, k, ngram, self.model,
-                                                   config.sampling, self.max_batch_tokens)
-        if config.stop_strings:
-            request.stop_text = start_text(self.model.tokenizer, text)
+                          logprobs, stop_text, speculation)
         self.requests[request.id] = request
         self.scheduler.waiting.append(request)
         self.next_id += 1
@@ -159,13 +152,9 @@ class Engine:
         outputs = []
         for (request, n), z in zip(work, self._forward(work, guesses) if work else []):
             if request.id in guesses:  # a round: the kept guesses and the next token
-                kept, new, scores = judge_round(request, *guesses[request.id], z)
-                self.counts.guesses += len(guesses[request.id][0])
-                self.counts.accepted += kept
-                self._computed(request, request.to_compute + kept)  # the new token: unread
-                self.block_manager.give_back_past(request)  # the rejected guesses' blocks
+                new, scores = end_round(self, request, *guesses[request.id], z)
             else:
-                self._computed(request, n)
+                self.count_computed(request, n)
                 if request.computed < len(request.text):  # its prompt's next chunk waits
                     continue
                 new, scores = self._draw(request, z[-1])
@@ -196,7 +185,7 @@ class Engine:
         rows = self.model.forward(np.concatenate(chunks)[None], batch, last=last)[0]
         return np.split(rows, np.cumsum(logits_wanted)[:-1])
 
-    def _computed(self, request: Request, n: int) -> None:
+    def count_computed(self, request: Request, n: int) -> None:
         """Count n more positions as computed; each block they filled joins the prefix cache."""
         start, request.computed = request.computed, request.computed + n
         self.counts.prompt_tokens_computed += max(0, min(request.computed,

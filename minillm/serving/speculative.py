@@ -9,10 +9,9 @@ is a round once its prompt is read:
        step's budget; until the budget holds that, chunks of its prompt that leave its last
        token to the round;
     2. draft_rounds (the engine, before the pass): the drafter proposes guesses and their q;
-    3. judge_round (the engine, after the pass): the logits of the round's last k + 1
-       positions keep or resample the guesses (accept_or_resample); the engine then counts
-       the kept guesses as computed, forgets the rejected positions and gives back the blocks
-       wholly past them.
+    3. end_round (the engine, after the pass): the logits of the round's last k + 1
+       positions keep or resample the guesses (accept_or_resample); the kept guesses count as
+       computed, the rejected positions are forgotten and the blocks wholly past them go back.
 
 The same sizes, the same guesses and the same draws as speculative_generate alone, so the same
 tokens and log-probabilities (tests/test_serving.py).
@@ -58,14 +57,19 @@ def draft_rounds(work) -> dict:
             for r, n in work if r.speculation is not None and n >= r.to_compute}
 
 
-def judge_round(request, guesses, q, logits) -> tuple[int, list, list | None]:
+def end_round(engine, request, guesses, q, logits) -> tuple[list, list | None]:
     """After the pass: the guesses judged by the logits (k + 1, V) of the positions that
-    predict them and the one after, as speculative_round judges them alone. Returns how many
-    are kept, the new tokens (the kept guesses, then the next one) and, if asked, their
+    predict them and the one after, as speculative_round judges them alone; the kept ones
+    count as computed (the next token's position stays unread), the blocks wholly past them
+    go back. Returns the new tokens (the kept guesses, then the next one) and, if asked, their
     ScoredTokens."""
     sampling = request.config.sampling
     kept, token = accept_or_resample(logits, guesses, q, request.text, 0, sampling, request.rng)
+    engine.counts.guesses += len(guesses)
+    engine.counts.accepted += kept
+    engine.count_computed(request, request.to_compute + kept)
+    engine.block_manager.give_back_past(request)
     new = guesses[:kept] + [token]
     scores = (score_round(new, logits[:kept + 1], request.text, sampling) if request.logprobs
               else None)
-    return kept, new, scores
+    return new, scores
