@@ -25,28 +25,25 @@ def check_fits(pool, rows: int, shape, dtype) -> None:
 
 
 def write(pool, layer: int, blocks, offsets, k, v) -> None:
-    """The new keys and values k, v (B, K, T, d) into the pool at (blocks, offsets), (B, T)
-    each. They are copied whole into (B, T, K, d) first: a scattered write from a strided
-    source would copy element by element."""
+    """The new keys and values k, v (B, K, T, d) into the pool at (blocks, offsets), (B, T) each,
+    copied whole first: a scattered write from a strided source copies element by element."""
     pool.k[layer, blocks, offsets] = np.ascontiguousarray(k.swapaxes(1, 2))
     pool.v[layer, blocks, offsets] = np.ascontiguousarray(v.swapaxes(1, 2))
 
 
 def gather(blocks: np.ndarray) -> np.ndarray:
-    """Each row's blocks (B, n, block_size, K, d) laid end to end, seen as (B, K, n *
-    block_size, d): the positions of a row are consecutive in the gathered copy, so the
-    (B, n * block_size, K, d) reshape is a view, and so is the head axis brought forward."""
+    """Each row's blocks (B, n, block_size, K, d) end to end, seen as (B, K, n * block_size, d):
+    a row's positions are consecutive in the gathered copy, so both steps are views."""
     B, n, bs, K, d = blocks.shape
     return blocks.reshape(B, n * bs, K, d).swapaxes(1, 2)
 
 
 @dataclass(eq=False)
 class PagedBatch:
-    """Rows of requests, each continuing its own text by the same number T of new tokens. Row r
-    has `length[r]` positions computed, in the blocks of `tables[r]`, which already hold blocks
-    for its T new positions. A row's keys are gathered from its table; the positions past its
-    own end that the longest row's width adds are hidden by the mask (a start per row,
-    layers.positions_and_mask), so their weights are exactly 0."""
+    """Rows of requests, each continuing its own text by the same number T of new tokens: row r
+    has `length[r]` positions computed in the blocks of `tables[r]` (with room for T more).
+    Its keys are gathered from its table; the positions past its own end that the longest
+    row's width adds are hidden by the mask (a start per row), so they weigh exactly 0."""
 
     pool: object  # .k, .v: (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     tables: list  # per row, its block ids
@@ -65,9 +62,8 @@ class PagedBatch:
         return sliding_window(mask, self.length, T, window)
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
-        """Write the new keys and values k, v (B, K, T, d) at positions [length_r, length_r +
-        T) of each row's blocks, and return each row's keys and values gathered from its table,
-        (B, K, S, d) with S = max_r length_r + T."""
+        """Write k, v (B, K, T, d) at positions [length_r, length_r + T) of each row's blocks;
+        return each row's keys and values gathered, (B, K, S, d), S = max_r length_r + T."""
         if self.slots is None:  # the same blocks for every layer: found once per pass
             self.slots = self.slots_of_new_positions(k.shape[2])
         blocks, offsets, tables, S = self.slots
@@ -92,8 +88,7 @@ class PagedBatch:
 
 
 class Span(NamedTuple):
-    """One request's place in a packed pass: its new tokens' columns in the row (queries) and
-    its blocks' positions among the gathered keys (keys)."""
+    """A request's place in a packed pass: its queries' columns, its keys' among the gathered."""
 
     queries: slice
     keys: slice
@@ -160,16 +155,14 @@ class PackedBatch:
         return 0, mask & (self.query[1][:, None] - self.key[1] < window)
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
-        """Write the new keys and values k, v (1, K, T, d) in each request's blocks and return
-        every request's blocks end to end, (1, K, S, d)."""
+        """Write k, v (1, K, T, d) in each request's blocks; return them all, (1, K, S, d)."""
         write(self.pool, layer, *self.slots, k, v)
         return (gather(self.pool.k[layer, self.blocks][None]),
                 gather(self.pool.v[layer, self.blocks][None]))
 
     def attend(self, q, k, v, mask, scale=None):
-        """Attention a span at a time: a request's queries (1, H, n_r, d) against its own keys
-        and values (1, K, S_r, d), its part of the mask; the other requests' keys, which the
-        mask hides, would weigh exactly 0. Returns (1, H, T, d)."""
+        """Attention a span at a time, a request's queries (1, H, n_r, d) against its own keys
+        (1, K, S_r, d) (another's, which the mask hides, would weigh 0): (1, H, T, d)."""
         out = np.empty(q.shape, np.result_type(q, v))
         for queries, keys in self.spans:
             out[:, :, queries] = self.attention(q[:, :, queries], k[:, :, keys], v[:, :, keys],

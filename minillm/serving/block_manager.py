@@ -10,10 +10,9 @@ Prefix caching: a full block's hash chains the hash of the block before it with 
 
     h_0 = SHA-256(tokens[0:bs])        h_i = SHA-256(h_{i-1} + tokens[i bs:(i+1) bs])
 
-(tokens as 64-bit ids), so equal hashes mean equal texts up to the block's end (a collision of
-SHA-256 aside), hence equal keys and values in it. A joining request points its table at the
-longest run of cached blocks its text starts with and computes the rest, at least its last
-token (its logits give the first new token). A cached block nobody holds waits, least recently
+(tokens as 64-bit ids): equal hashes mean equal texts up to the block's end (a collision of
+SHA-256 aside), hence equal keys and values. A joining request points its table at the longest
+run of cached blocks its text starts with. A cached block nobody holds waits, least recently
 used first, until a block is needed and the free list is empty; only then is it evicted.
 """
 from __future__ import annotations
@@ -31,9 +30,8 @@ class BlockManager:
         free      on the free list, refs[b] == 0, no hash
         unheld    refs[b] == 0, cached under its hash, in the LRU (kept for its prefix)
 
-    so held + free + unheld = num_blocks, and a waiting request holds no block. A cached block
-    is the one `cached[hashes[b]]` names; a full block whose twin was cached first keeps its
-    hash (the next block's chains on it) but goes to the free list when released."""
+    so held + free + unheld = num_blocks, and a waiting request holds no block. A full block
+    whose twin was cached first keeps its hash (the next one chains on it) but is freed."""
 
     def __init__(self, k: np.ndarray, v: np.ndarray, prefix_caching: bool = True):
         self.k, self.v = k, v  # (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
@@ -52,8 +50,8 @@ class BlockManager:
         return need <= len(self.free) + len(self.unheld)
 
     def reuse_prefix(self, request) -> None:
-        """Point a joining request's table at the cached blocks its text starts with, the
-        longest run, leaving at least its last token to compute; they count as computed."""
+        """Point a joining request's table at the longest run of cached blocks its text starts
+        with, counted as computed; at least its last token (whose logits draw) is left."""
         if not self.prefix_caching or request.table:
             return
         bs, h = self.block_size, None
@@ -109,9 +107,8 @@ class BlockManager:
             self.free.append(block)
 
     def release(self, request) -> None:
-        """Give back every block of the request: a block nobody holds any more stays cached
-        for its prefix (the most recently used end of the LRU) or is free; the request will
-        compute its text from the start."""
+        """Give back every block of the request: one nobody holds any more stays cached (the
+        most recently used end of the LRU) or is free; the request starts over."""
         for block in request.table:
             self.refs[block] -= 1
             if self.refs[block] == 0:

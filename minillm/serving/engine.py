@@ -1,10 +1,9 @@
 """The serving engine: many requests at once through one model, each exactly as if alone.
 
 A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` in one
-pass with the step's requests as the cache (batches.py; a speculative round's guesses ride in
-it, speculative.py), then draws a token for every request whose text is now computed, with its
-own knobs and random generator: the tokens and log-probabilities of `generate(model, [prompt],
-seed=..., **knobs)` run alone (tests/test_serving.py).
+pass with the step's requests as the cache (batches.py; speculative rounds ride in it), then
+draws a token for every request whose text is computed, with its own knobs and generator: the
+tokens and log-probabilities of `generate(model, [prompt], seed=...)` alone (tests/test_serving.py).
 """
 from __future__ import annotations
 
@@ -75,10 +74,10 @@ class Engine:
         engine.abort(rid)              # stop a request now (an unknown or finished id: nothing)
         engine.stats                   # Stats: steps, tokens computed and drawn, blocks now
 
-    num_blocks: the pool's size (default: room for 16,384 positions, or one whole context if
-    longer); max_batch_tokens: the positions one step computes at most; prefix_caching: full
-    blocks shared by requests whose texts start alike. A request that could pass the context
-    (the engine does not slide the window) or the pool is refused."""
+    num_blocks: the pool's size (default: room for 16,384 positions, or the context if longer);
+    max_batch_tokens: the positions a step computes at most; prefix_caching: share full blocks
+    between requests that start alike. A request that could pass the context or the pool is
+    refused (the engine does not slide the window)."""
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
                  max_batch_tokens: int = 512, prefix_caching: bool = True):
@@ -193,8 +192,7 @@ class Engine:
         self.block_manager.cache_full_blocks(request)
 
     def _draw(self, request: Request, logits) -> tuple[list, list | None]:
-        """([the next token], [its ScoredToken] if asked) from the logits of the last position,
-        as generate draws it: the knobs over the text so far, the request's own generator."""
+        """([the next token], [its ScoredToken] if asked), drawn as generate draws it."""
         sampling = request.config.sampling
         probs = filtered_probs(logits[None], sampling, np.array([request.text]))  # (1, V)
         token = int(choose(probs, sampling, request.rng)[0])

@@ -1,19 +1,17 @@
 """Continuous batching: which requests compute how many tokens in the next step.
 
 A request has a text (its prompt, then the tokens drawn so far) and `computed`, how many of its
-positions have keys and values in its blocks; it still has to compute text[computed:]. A
-request decoding has exactly one token to compute (the last one drawn); a request reading its
-prompt has more. Each step, within `max_batch_tokens`:
+positions have keys and values in its blocks: decoding, it has one token to compute (the last
+drawn); reading its prompt, more. Each step, within `max_batch_tokens`:
 
     1. every running request that is decoding computes its one token;
     2. running requests still reading their prompt take the next chunk of it (chunked prefill);
     3. waiting requests join, oldest first, each with a first chunk, while the budget and the
        blocks last (a joining request first reuses the cached blocks its text starts with).
 
-A request's chunk needs blocks for its new positions (block_manager.py). When none can be
-handed out, the newest running request is preempted: its blocks are released and it waits
-again at the head of the queue, to compute its whole text anew when it rejoins (its full
-blocks may still be cached by then). Requests leave as soon as they finish.
+A chunk needs blocks for its new positions (block_manager.py). When none can be handed out,
+the newest running request is preempted: its blocks go back and it waits at the head of the
+queue, to compute its whole text anew when it rejoins (its blocks may still be cached then).
 """
 from __future__ import annotations
 
@@ -70,12 +68,10 @@ class Scheduler:
 
     def schedule(self) -> list[tuple[Request, int]]:
         """The next step's work: (request, how many of its tokens to compute), every block it
-        needs taken. The running requests go first, in the order they joined, which puts the
-        decoding ones first (those that joined before a request still reading its prompt have
-        read theirs), so the newest, the one preempted when blocks run out, is never one already
-        given work. Waiting requests join until one of them (or a running one) is left with
-        part of its prompt unread: a prompt read in chunks is read without others joining, so
-        that the blocks it shares with the next requests are cached before they come."""
+        needs taken. Running requests go in the order they joined, the decoding ones first, so
+        the newest (preempted when blocks run out) is never one already given work. Waiting
+        requests join until one is left with part of its prompt unread: a prompt read in
+        chunks is read alone, so that its blocks are cached before the next requests come."""
         budget, work = self.max_batch_tokens, []
         manager, W = self.block_manager, self.context_length
         for request in list(self.running):  # oldest first: the decoding ones come first
