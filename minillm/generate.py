@@ -111,15 +111,18 @@ def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, 
     if use_cache:  # only as long as this generation can fill
         capacity = min(model.config.context_length, window.width + config.max_new_tokens)
         cache = model.new_cache(len(prompts), capacity)
-    # Prefill (on the first next(), not at the call): the logits (B, V) of every row's last
-    # position after reading the whole window, in chunks through the cache (window.read).
+    logits = prefill(model, window, cache, progress)  # on the first next(), not at the call
+    yield from decode(model, window, cache, logits, config, rng, progress)
+
+
+def prefill(model, window: Window, cache, progress=None):
+    """(B, V) logits of the last position of every row, after reading the whole window (in
+    chunks through the cache, window.read)."""
     tokens = np.maximum(window.tokens[:, :window.width], 0)  # padding ids: any valid id
     pad = window.pad if window.pad.any() else None  # rows of one length need no padding
     if cache is None:  # the uncached loop reads the window whole at every step anyway
-        logits = model.forward(tokens, pad=pad, last=1)[:, -1]
-    else:
-        logits = read(model, tokens, cache, pad=pad, progress=progress)
-    yield from decode(model, window, cache, logits, config, rng, progress)
+        return model.forward(tokens, pad=pad, last=1)[:, -1]
+    return read(model, tokens, cache, pad=pad, progress=progress)
 
 
 def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):
