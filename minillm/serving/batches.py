@@ -105,14 +105,12 @@ class PackedBatch:
         request            A: 2 positions cached, 1 new      B: none cached, 3 new
         the row (queries)  a2 | b0 b1 b2                     T = 4
         the keys           a0 a1 a2 .  | b0 b1 b2 .          S = 8 (each request's blocks)
-        spans              A: queries [0, 1), keys [0, 4)    B: queries [1, 4), keys [4, 8)
+        spans              A: queries [0, 1), keys [0, 3)    B: queries [1, 4), keys [4, 7)
 
-    Query i (request r_i, position p_i) sees key j (request r_j, position p_j)
-
-        iff r_i = r_j and p_j <= p_i            (and p_i - p_j < W in a local layer)
-
-    so "." (a block's room past its request's end) is seen by nobody; and attention runs a span
-    at a time (`attend`), so no score is spent on another request's keys."""
+    Attention runs a span at a time (`attend`): a request's queries against its own keys, up
+    to its end, under the very mask it would have alone (layers.positions_and_mask, and
+    layers.sliding_window in a local layer), so no score is spent on another request's keys
+    and "." (a block's room past its request's end) is never read."""
 
     pool: object  # .k, .v: (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     tables: list  # per request, its block ids (holding blocks for the new positions)
@@ -122,37 +120,34 @@ class PackedBatch:
     pad: None = None
 
     def __post_init__(self):
-        bs, R = self.pool.block_size, len(self.tables)
+        bs = self.pool.block_size
         ends = self.length + self.counts  # (R,) each request's length after the pass
         widths = blocks_for(ends, bs) * bs  # (R,) the positions of the blocks each one reads
         query_starts = np.cumsum(self.counts) - self.counts  # (R,) where each span begins
         key_starts = np.cumsum(widths) - widths
-        self.spans = [Span(slice(q, q + n), slice(k, k + w))
-                      for q, n, k, w in zip(query_starts, self.counts, key_starts, widths)]
+        self.spans = [Span(slice(q, q + n), slice(k, k + e))
+                      for q, n, k, e in zip(query_starts, self.counts, key_starts, ends)]
         # (S / bs,) the blocks read, each request's in table order
         self.blocks = np.concatenate([table[:w // bs] for table, w in zip(self.tables, widths)])
-        # Each query and each key as (request, position): (T,) and (S,) arrays.
-        self.query = (np.repeat(np.arange(R), self.counts),
-                      np.concatenate([np.arange(a, b) for a, b in zip(self.length, ends)]))
-        self.key = (np.repeat(np.arange(R), widths), np.concatenate([np.arange(w) for w in widths]))
+        positions = np.concatenate([np.arange(a, e) for a, e in zip(self.length, ends)])  # (T,)
         # Where the new tokens' keys and values go: their index among the keys, as (block,
         # offset), (1, T) each.
-        index = np.repeat(key_starts, self.counts) + self.query[1]  # (T,)
-        self.slots = self.blocks[index // bs][None], (index % bs)[None]
+        index = np.repeat(key_starts, self.counts) + positions
+        self.positions, self.slots = positions[None], (self.blocks[index // bs][None],
+                                                       (index % bs)[None])
 
     def check_fits(self, shape, dtype) -> None:
         check_fits(self.pool, 1, shape, dtype)  # one packed row
 
     def positions_and_mask(self, T: int):
-        """Positions (1, T) and the mask (T, S): a query sees its own request's keys, up to its
-        own position."""
-        (query_request, query_position), (key_request, key_position) = self.query, self.key
-        return query_position[None], ((query_request[:, None] == key_request)
-                                      & (key_position <= query_position[:, None]))
+        """Positions (1, T), and per request (0, the mask of its queries over its own keys)."""
+        return self.positions, [(0, positions_and_mask(1, n, start, None)[1])
+                                for start, n in zip(self.length, self.counts)]
 
-    def sliding_window(self, mask, T: int, window: int):
-        """A local layer's view, as layers.sliding_window: (0, the mask with p_i - p_j < W)."""
-        return 0, mask & (self.query[1][:, None] - self.key[1] < window)
+    def sliding_window(self, masks, T: int, window: int):
+        """A local layer's view, per request: (its oldest key read, its window's mask)."""
+        return 0, [sliding_window(mask, start, n, window)
+                   for (_, mask), start, n in zip(masks, self.length, self.counts)]
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write k, v (1, K, T, d) in each request's blocks; return them all, (1, K, S, d)."""
@@ -160,13 +155,14 @@ class PackedBatch:
         return (gather(self.pool.k[layer, self.blocks][None]),
                 gather(self.pool.v[layer, self.blocks][None]))
 
-    def attend(self, q, k, v, mask, scale=None):
+    def attend(self, q, k, v, masks, scale=None):
         """Attention a span at a time, a request's queries (1, H, n_r, d) against its own keys
-        (1, K, S_r, d) (another's, which the mask hides, would weigh 0): (1, H, T, d)."""
+        (1, K, S_r, d) from its oldest in view, under its own mask: (1, H, T, d)."""
         out = np.empty(q.shape, np.result_type(q, v))
-        for queries, keys in self.spans:
+        for (queries, keys), (oldest, mask) in zip(self.spans, masks):
+            keys = slice(keys.start + oldest, keys.stop)
             out[:, :, queries] = self.attention(q[:, :, queries], k[:, :, keys], v[:, :, keys],
-                                                mask[queries, keys], scale)
+                                                mask, scale)
         return out
 
     def advance(self, n: int) -> None:
