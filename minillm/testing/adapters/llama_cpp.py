@@ -46,7 +46,7 @@ class LlamaContext:
     logits for every token. `free`: the sequences no cache holds."""
 
     def __init__(self, path, *, flash_attn: bool = True, kv_unified: bool = False,
-                 n_seq: int = 8, n_ctx_seq: int = 64, repack: bool = True, threads: int = 1):
+                 n_seq: int = 8, n_ctx_seq: int = 128, repack: bool = True, threads: int = 1):
         lib = self.lib = binding()
         lib.llama_backend_init()
         if not _QUIET:
