@@ -44,6 +44,36 @@ def slide_views(prompt, new_tokens, W: int, keep: int) -> list[list[int]]:
     return views
 
 
+def rereading_loop(engine, window: int, keep: int | None = None):
+    """A greedy decode loop over any engine whose caches have truncate(length), as
+    check_window_slides wants it: decode(prompt, n) -> (n, V), the logits of each step. It
+    reads the prompt's last `window` tokens, then one token a call; when the view is full, it
+    keeps the newest `keep` (default kept_on_slide(window)), empties the cache (truncate(0))
+    and reads the kept tokens again from position 0: what minillm's loop does, and what an
+    engine's own loop must equal."""
+    keep = kept_on_slide(window) if keep is None else keep
+
+    def decode(prompt, n):
+        view, steps = list(prompt)[-window:], []
+        cache = engine.new_cache(1)
+        try:
+            logits = logits_of(engine, [view], cache)[0, -1]
+            for _ in range(n):
+                steps.append(logits)
+                token = int(logits.argmax())
+                if len(view) < window:
+                    view.append(token)
+                    logits = logits_of(engine, [[token]], cache)[0, -1]
+                else:
+                    view = (view + [token])[-keep:]
+                    cache.truncate(0)
+                    logits = logits_of(engine, [view], cache)[0, -1]
+        finally:
+            getattr(cache, "close", lambda: None)()
+        return np.array(steps)
+    return decode
+
+
 def assert_slides_match(decode, engine, prompt, n: int, keep: int, atol: float | None = None,
                         rtol: float = 0.0, *, tolerance: Tolerance | None = None,
                         window: int | None = None) -> Report:
