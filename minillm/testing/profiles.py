@@ -74,5 +74,5 @@ def chunk_crossings(b: int) -> list[tuple[int, list[int]]]:
 
 def rollback_crossings(b: int) -> list[tuple[int, int, int]]:
     """(length cached, keep, length fed after) of the rollback cases around b: cache past the
-    edge and truncate just before it, or just after it; cache under it and feed across it."""
-    return [(b + 2, b - 1, 2), (b + 2, b + 1, 1), (b // 2, b // 2 - 1, b - b // 2 + 3)]
+    edge and truncate just before it (then feed across it again), or just after it."""
+    return [(b + 2, b - 1, 2), (b + 2, b + 1, 1)]
