@@ -240,11 +240,13 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
                  budget.max_examples, shrink_seconds, "check_cache_equivalence",
                  lambda case: f"minillm.testing.assert_chunks_match(engine, {as_list(case[0])}, "
                               f"{list(case[1])}, tolerance={per_case(tol)!r})")
-    if not any(reached):  # the drawn cases missed the case that finds call-size differences
+    crossings = chunk_crossing_cases(engine, min(2, max_batch), budget.boundaries,
+                                     per_case(tol))  # each feeds a long chunk to a filled cache
+    if not any(reached) and not crossings:  # nothing fed the case of call-size differences
         reports += long_chunk(engine, min(2, max_batch), length, per_case(tol))
         if length <= LONG_CHUNK:
             warn_short(budget.max_examples)
-    reports += chunk_crossing_cases(engine, min(2, max_batch), budget.boundaries, per_case(tol))
+    reports += crossings
     if rolls_back(engine) and length >= 2:
         reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
                                       max_batch=max_batch, max_length=budget.max_length,

@@ -66,10 +66,10 @@ def boundary_texts(vocab_size: int, batch: int, length: int, seed: int) -> np.nd
 
 
 def chunk_crossings(b: int) -> list[tuple[int, list[int]]]:
-    """(length, cuts) of the chunked cases that cross b: a prefill of half, a long chunk to just
-    before b, then one token a call over the edge; and a prefill up to b - 2 followed by one
-    chunk of four tokens spanning the edge."""
-    return [(b + 2, [b // 2, b - 1, b, b + 1]), (b + 2, [b - 2])]
+    """(length, cuts) of the chunked cases that cross b: a prefill to just before b, then one
+    token a call over the edge; and a prefill up to b - 2 followed by one chunk of four tokens
+    spanning the edge (a long chunk into a filled cache, as check_cache_equivalence wants)."""
+    return [(b + 2, [b - 1, b, b + 1]), (b + 2, [b - 2])]
 
 
 def rollback_crossings(b: int) -> list[tuple[int, int, int]]:
