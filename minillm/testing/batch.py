@@ -25,7 +25,8 @@ from .cache import REFERENCES
 from .compare import Report, Tolerance, assert_logits_close, assert_top1, combine, per_case
 from .compare import tolerance_of
 from .engine import assert_deterministic, logits_of, open_cache
-from .settings import SHRINK_SECONDS, as_list, run_property
+from .profiles import boundary_texts, crossable, profile_of
+from .settings import SHRINK_SECONDS, as_list, run_property, run_seeded
 from .strategies import ragged_batches
 
 
@@ -80,27 +81,50 @@ def assert_batch_matches(engine, tokens, pad, atol: float | None = None, rtol: f
     return combine(reports)
 
 
+def batch_crossing_cases(engine, boundaries, tol: Tolerance, reference: str) -> list[Report]:
+    """Seeded ragged batches whose long row crosses each boundary the context holds: rows of
+    b + 2 and b // 2 tokens, a prefill to just before b, then one column a step over it."""
+    reports = []
+    for b in crossable(boundaries, engine.context_length):
+        tokens = boundary_texts(engine.vocab_size, 2, b + 2, seed=300 + b)
+        pad, split = np.array([0, b + 2 - b // 2]), b - 1
+        reports.append(run_seeded(
+            lambda: assert_batch_matches(engine, tokens, pad, split=split, tolerance=tol,
+                                         reference=reference),
+            f"check_batch_equivalence: a seeded batch crossing {b} tokens, run after the drawn "
+            f"cases", f"minillm.testing.assert_batch_matches(engine, {as_list(tokens)}, "
+            f"{as_list(pad)}, split={split}, tolerance={tol!r}, reference={reference!r})"))
+    return reports
+
+
 def check_batch_equivalence(engine, atol: float | None = None, rtol: float = 0.0,
-                            ragged: bool = True, max_batch: int = 3, max_length: int = 16,
-                            max_examples: int = 25, *, tolerance: Tolerance | None = None,
-                            reference: str = "uncached",
+                            ragged: bool = True, max_batch: int = 3,
+                            max_length: int | None = None, max_examples: int | None = None, *,
+                            tolerance: Tolerance | None = None, reference: str = "uncached",
+                            profile: str = "default",
                             shrink_seconds: float = SHRINK_SECONDS) -> Report:
-    """The module's property on `max_examples` drawn batches (Hypothesis, derandomized).
-    ragged=False draws rows of equal length, for an engine that refuses `pad`. An engine
-    without new_cache gets the uncached comparison only. Returns a Report; raises
-    AssertionError with the smallest failing batch Hypothesis finds in shrink_seconds."""
+    """The module's property on the profile's drawn batches (Hypothesis, derandomized;
+    profiles: an explicit max_examples or max_length in place of the profile's), then seeded
+    batches whose long row crosses each of the profile's boundaries the context holds
+    (ragged ones; with ragged=False none). ragged=False draws rows of equal length, for an
+    engine that refuses `pad`. An engine without new_cache gets the uncached comparison only.
+    Returns a Report; raises AssertionError with the smallest failing batch Hypothesis finds
+    in shrink_seconds."""
     tol = tolerance_of(atol, rtol, tolerance)
-    length = min(max_length, engine.context_length)
+    budget = profile_of(profile, max_length, max_examples)
+    length = min(budget.max_length, engine.context_length)
     repeat = assert_deterministic(engine, tol, 2)
     reports = []
     run_property(ragged_batches(engine.vocab_size, max_batch, length, ragged),
                  lambda case: reports.append(assert_batch_matches(
                      engine, case[0], case[1], split=case[2], tolerance=per_case(tol),
                      reference=reference)),
-                 max_examples, shrink_seconds, "check_batch_equivalence",
+                 budget.max_examples, shrink_seconds, "check_batch_equivalence",
                  lambda case: f"minillm.testing.assert_batch_matches(engine, {as_list(case[0])}, "
                               f"{as_list(case[1])}, split={case[2]}, tolerance={per_case(tol)!r}, "
                               f"reference={reference!r})")
+    if ragged:
+        reports += batch_crossing_cases(engine, budget.boundaries, per_case(tol), reference)
     report = dataclasses.replace(combine(reports), repeat=repeat)
     assert_top1(report, tol, "batch checks")
     return report

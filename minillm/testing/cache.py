@@ -31,7 +31,9 @@ from .compare import Report, Tolerance, assert_logits_close, assert_top1, combin
 from .compare import tolerance_of
 from .engine import (EngineError, assert_deterministic, can_truncate, logits_of, open_cache,
                      require_cache)
-from .settings import SHRINK_SECONDS, as_list, run_property
+from .profiles import (boundary_texts, chunk_crossings, crossable, profile_of,
+                       rollback_crossings)
+from .settings import SHRINK_SECONDS, as_list, run_property, run_seeded
 from .strategies import chunk_cases, rollback_cases
 
 REFERENCES = ("uncached", "chunks")
@@ -69,20 +71,42 @@ def long_chunk(engine, batch: int, length: int, tol: Tolerance) -> list[Report]:
         return []
     tokens = np.random.default_rng(0).integers(0, engine.vocab_size, (batch, length))
     cuts = [length - max(LONG_CHUNK, length // 2)]
-    try:
-        return [compare_chunks(engine, tokens, cuts, tol)[1]]
-    except (AssertionError, EngineError) as error:
-        failure = error
-    replay = (f"minillm.testing.assert_chunks_match(engine, {as_list(tokens)}, {cuts}, "
-              f"tolerance={tol!r})")
-    try:  # run again, as the drawn cases are: an engine that answers two ways is named
-        compare_chunks(engine, tokens, cuts, tol)
-    except (AssertionError, EngineError):
-        raise AssertionError(f"{failure} [check_cache_equivalence: the drawn cases passed; "
-                             f"this one, run because none of them fed a long chunk to a "
-                             f"filled cache, failed]\nreplay: {replay}") from failure
-    raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
-                         f"run again; the first failure: {failure}\nreplay: {replay}")
+    return [run_seeded(lambda: compare_chunks(engine, tokens, cuts, tol)[1],
+                       "check_cache_equivalence: the drawn cases passed; this one, run because "
+                       "none of them fed a long chunk to a filled cache, failed",
+                       f"minillm.testing.assert_chunks_match(engine, {as_list(tokens)}, {cuts}, "
+                       f"tolerance={tol!r})")]
+
+
+def chunk_crossing_cases(engine, batch: int, boundaries, tol: Tolerance) -> list[Report]:
+    """The seeded chunked cases that cross each boundary the context holds (profiles)."""
+    reports = []
+    for b in crossable(boundaries, engine.context_length):
+        for n, (length, cuts) in enumerate(chunk_crossings(b)):
+            tokens = boundary_texts(engine.vocab_size, batch, length, seed=b + n)
+            reports.append(run_seeded(
+                lambda: compare_chunks(engine, tokens, cuts, tol)[1],
+                f"check_cache_equivalence: a seeded case crossing {b} tokens, run after the "
+                f"drawn cases", f"minillm.testing.assert_chunks_match(engine, "
+                f"{as_list(tokens)}, {cuts}, tolerance={tol!r})"))
+    return reports
+
+
+def rollback_crossing_cases(engine, batch: int, boundaries, tol: Tolerance,
+                            reference: str) -> list[Report]:
+    """The seeded rollback cases around each boundary the context holds (profiles)."""
+    reports = []
+    for b in crossable(boundaries, engine.context_length):
+        for n, (length, keep, fed) in enumerate(rollback_crossings(b)):
+            tokens = boundary_texts(engine.vocab_size, batch, length, seed=100 + b + n)
+            more = boundary_texts(engine.vocab_size, batch, fed, seed=200 + b + n)
+            reports.append(run_seeded(
+                lambda: assert_rollback_matches(engine, tokens, keep, more, tolerance=tol,
+                                                reference=reference),
+                f"check_rollback: a seeded case around {b} tokens, run after the drawn cases",
+                f"minillm.testing.assert_rollback_matches(engine, {as_list(tokens)}, {keep}, "
+                f"{as_list(more)}, tolerance={tol!r}, reference={reference!r})"))
+    return reports
 
 
 def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Report]:
@@ -154,13 +178,17 @@ def rolls_back(engine) -> bool:
 
 def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
                    tolerance: Tolerance | None = None, reference: str = "uncached",
-                   max_batch: int = 2, max_length: int = 16, max_examples: int = 25,
+                   max_batch: int = 2, max_length: int | None = None,
+                   max_examples: int | None = None, profile: str = "default",
                    shrink_seconds: float = SHRINK_SECONDS) -> Report:
     """The rollback property alone (check_cache_equivalence runs it too), against
-    `reference`, on `max_examples` drawn cases; returns a Report."""
+    `reference`, on the profile's drawn cases (max_examples, max_length: profiles), then
+    seeded cases that cache past each of the profile's boundaries and truncate on either side
+    of it, or feed across it; returns a Report."""
     tol = tolerance_of(atol, rtol, tolerance)
     require_cache(engine)
-    length = min(max_length, engine.context_length)
+    budget = profile_of(profile, max_length, max_examples)
+    length = min(budget.max_length, engine.context_length)
     if not rolls_back(engine):
         raise ValueError("engine: its cache has no truncate(length), so rollback cannot be "
                          "checked")
@@ -170,10 +198,12 @@ def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
     run_property(rollback_cases(engine.vocab_size, max_batch, length),
                  lambda case: reports.append(assert_rollback_matches(
                      engine, *case, tolerance=per_case(tol), reference=reference)),
-                 max_examples, shrink_seconds, "check_rollback",
+                 budget.max_examples, shrink_seconds, "check_rollback",
                  lambda case: f"minillm.testing.assert_rollback_matches(engine, "
                               f"{as_list(case[0])}, {case[1]}, {as_list(case[2])}, "
                               f"tolerance={per_case(tol)!r}, reference={reference!r})")
+    reports += rollback_crossing_cases(engine, 1, budget.boundaries, per_case(tol),
+                                       reference)  # one row: the batch check crosses with two
     report = combine(reports)
     assert_top1(report, tol, "rollback checks")
     return report
@@ -181,19 +211,24 @@ def check_rollback(engine, atol: float | None = None, rtol: float = 0.0, *,
 
 def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0, *,
                             tolerance: Tolerance | None = None, reference: str = "uncached",
-                            max_batch: int = 2, max_length: int = 16, max_examples: int = 25,
+                            max_batch: int = 2, max_length: int | None = None,
+                            max_examples: int | None = None, profile: str = "default",
                             shrink_seconds: float = SHRINK_SECONDS) -> Report:
-    """The properties of the module docstring on `max_examples` drawn cases each (Hypothesis,
-    derandomized: the same cases on every run). Texts are at most min(max_length,
-    engine.context_length) tokens; when none of them fed a chunk of LONG_CHUNK or more tokens
-    to a filled cache, one seeded case that does is run after them. Rollback is checked when
-    the engine's caches have truncate(length), against `reference`. Bounds: atol (and rtol), or a Tolerance; top1 is a
+    """The properties of the module docstring on the profile's drawn cases each (Hypothesis,
+    derandomized: the same cases on every run; profiles: "quick", "default", "long", an
+    explicit max_examples or max_length in place of the profile's). Texts are at most
+    min(max_length, engine.context_length) tokens; when none of them fed a chunk of
+    LONG_CHUNK or more tokens to a filled cache, one seeded case that does is run after them;
+    then seeded cases whose texts cross each of the profile's boundaries (16, 32, 64 by
+    default) that the context holds. Rollback is checked when the engine's caches have
+    truncate(length), against `reference`. Bounds: atol (and rtol), or a Tolerance; top1 is a
     rate over all positions compared. First, the engine must be deterministic
     (engine.assert_deterministic). Returns a Report of everything compared; raises
     AssertionError with the smallest failing case Hypothesis finds in shrink_seconds."""
     tol = tolerance_of(atol, rtol, tolerance)
     require_cache(engine)
-    length = min(max_length, engine.context_length)
+    budget = profile_of(profile, max_length, max_examples)
+    length = min(budget.max_length, engine.context_length)
     repeat = assert_deterministic(engine, tol, min(2, max_batch))
     reports, reached = [], []
 
@@ -202,16 +237,20 @@ def check_cache_equivalence(engine, atol: float | None = None, rtol: float = 0.0
         reports.append(compare_chunks(engine, *case, per_case(tol))[1])
 
     run_property(chunk_cases(engine.vocab_size, max_batch, length), check,
-                 max_examples, shrink_seconds, "check_cache_equivalence",
+                 budget.max_examples, shrink_seconds, "check_cache_equivalence",
                  lambda case: f"minillm.testing.assert_chunks_match(engine, {as_list(case[0])}, "
                               f"{list(case[1])}, tolerance={per_case(tol)!r})")
-    if not any(reached):  # the drawn cases missed the case that finds call-size differences
+    crossings = chunk_crossing_cases(engine, 1, budget.boundaries,
+                                     per_case(tol))  # each feeds a long chunk to a filled cache
+    if not any(reached) and not crossings:  # nothing fed the case of call-size differences
         reports += long_chunk(engine, min(2, max_batch), length, per_case(tol))
         if length <= LONG_CHUNK:
-            warn_short(max_examples)
+            warn_short(budget.max_examples)
+    reports += crossings
     if rolls_back(engine) and length >= 2:
         reports.append(check_rollback(engine, tolerance=per_case(tol), reference=reference,
-                                      max_batch=max_batch, max_length=max_length,
-                                      max_examples=max_examples, shrink_seconds=shrink_seconds))
+                                      max_batch=max_batch, max_length=budget.max_length,
+                                      max_examples=budget.max_examples, profile=profile,
+                                      shrink_seconds=shrink_seconds))
     assert_top1(combine(reports), tol, "cache checks")
     return dataclasses.replace(combine(reports), repeat=repeat)

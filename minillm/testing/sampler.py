@@ -26,10 +26,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..sampling import SamplingConfig, filtered_probs, top_k_mask, top_p_mask
-from .settings import SHRINK_SECONDS, as_list, run_property
+from .settings import SHRINK_SECONDS, as_list, run_property, run_seeded
 from .stats import FALSE_ALARM, chi_square, chi_square_critical
 from .strategies import logits as logit_arrays
-from .strategies import sampling_knobs, smooth_logits
+from .strategies import knob_grid, sampling_knobs, smooth_logits
 
 MINILLM_ORDER = ("temperature", "top_k", "top_p", "min_p")
 LLAMA_CPP_ORDER = ("top_k", "top_p", "min_p", "temperature")
@@ -130,6 +130,16 @@ def differing(got, want, atol: float, show: int = 8) -> str:
     return text + (f" (and {len(ids) - show} more)" if len(ids) > show else "")
 
 
+def grid_logits(dtype: str = "float64") -> np.ndarray:
+    """(3, 50) seeded logits of scales 0.5, 3 and 10 (no ties): rows on which each filter
+    keeps a different set of tokens at each temperature of the grid, so that applying two
+    stages in another order changes the result (tests/test_testing_budgets.py tries every
+    order)."""
+    rng = np.random.default_rng(20)
+    rows = rng.standard_normal((3, 50)) * np.array([[0.5], [3.0], [10.0]])
+    return rows.astype(dtype)
+
+
 def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int = 50, *,
                   order=MINILLM_ORDER, dtype: str = "float64",
                   shrink_seconds: float = SHRINK_SECONDS) -> SamplerReport:
@@ -139,20 +149,33 @@ def check_sampler(filter_fn, knobs=None, atol: float = 1e-12, max_examples: int 
     sampling_knobs(penalty=False)). order: where the engine applies the temperature among the
     filters (module docstring). dtype "float32": logits are handed over as float32, their
     huge values +-1e30 instead of +-1e300 and +-3.4e38 (so that logits / T stays within
-    float32's range), and the sum and tie tolerances are float32's. Logits from
-    strategies.smooth_logits (50 tokens, no ties) and strategies.logits (ties, -inf, huge
-    values), Hypothesis derandomized. Returns a SamplerReport; AssertionError with the
-    smallest failing case found in shrink_seconds."""
+    float32's range), and the sum and tie tolerances are float32's.
+
+    First the grid: every knob combination (strategies.knob_grid, 240 of them, greedy
+    included; or the one SamplingConfig given) on grid_logits, where the usual misorderings
+    (top-p or min-p before the temperature, top-p before top-k, ...) each differ from the
+    reference. Then `max_examples` drawn cases: logits from strategies.smooth_logits (50
+    tokens, no ties) and strategies.logits (ties, -inf, huge values) with drawn knobs,
+    Hypothesis derandomized. Returns a SamplerReport (cases: both counted); AssertionError
+    with the failing grid case, or the smallest failing drawn case found in shrink_seconds."""
     if dtype not in SUM_TOLERANCE:
         raise ValueError(f"dtype: one of {sorted(SUM_TOLERANCE)}, got {dtype!r}")
+    grid = knob_grid() if knobs is None else []
     if isinstance(knobs, SamplingConfig):
         if knobs.penalises:
             raise ValueError("knobs: check the penalties with check_draws")
-        knobs = st.just(knobs)
+        grid, knobs = [knobs], st.just(knobs)
     knobs = sampling_knobs(penalty=False) if knobs is None else knobs
+    seen, z = [], grid_logits(dtype)
+    for i, config in enumerate(grid):
+        seen.append(run_seeded(
+            lambda: assert_filter_holds(filter_fn, z, config, atol, order, dtype),
+            f"check_sampler: knob combination {i + 1} of {len(grid)} of the grid, before the "
+            f"drawn cases", f"minillm.testing.assert_filter_holds(filter_fn, "
+            f"minillm.testing.sampler.grid_logits({dtype!r}), {config!r}, {atol}, "
+            f"{tuple(order)}, {dtype!r})"))
     cases = st.tuples(st.one_of(smooth_logits(),
                                 logit_arrays(max_rows=3, max_vocab=12, dtype=dtype)), knobs)
-    seen = []
     run_property(cases, lambda case: seen.append(assert_filter_holds(
         filter_fn, case[0], case[1], atol, order, dtype)), max_examples, shrink_seconds,
         "check_sampler", lambda case: f"minillm.testing.assert_filter_holds(filter_fn, "

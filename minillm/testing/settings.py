@@ -87,3 +87,19 @@ def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK
 def as_list(value):
     """A case's part as plain Python for a replay line (arrays as nested lists)."""
     return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def run_seeded(check, what: str, replay: str):
+    """check() on one seeded case, after the drawn ones; its result. A failure is run again,
+    as the drawn cases are, so that an engine that answers two ways is named; it is raised
+    with `what` (why the case ran) and a last line that replays it."""
+    try:
+        return check()
+    except (AssertionError, EngineError) as error:
+        failure = error
+    try:
+        check()
+    except (AssertionError, EngineError):
+        raise AssertionError(f"{failure} [{what}]\nreplay: {replay}") from failure
+    raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
+                         f"run again; the first failure: {failure}\nreplay: {replay}")

@@ -203,17 +203,31 @@ def smooth_logits(draw, max_rows=3, vocab_size=50):
     return scale * np.random.default_rng(seed).standard_normal((rows, vocab_size))
 
 
+TEMPERATURES = (0.0, 1e-6, 0.7, 1.0, 30.0)  # greedy, near-greedy, sharpened, plain, flat
+TOP_KS = (None, 1, 2, 5)
+TOP_PS = (None, 1e-9, 0.5, 0.95)
+MIN_PS = (None, 0.1, 1.0)
+
+
+def knob_grid(greedy: bool = True) -> list[SamplingConfig]:
+    """Every combination of the values sampling_knobs draws, penalties off: 240 configs (192
+    without greedy), few enough to try each one."""
+    temperatures = TEMPERATURES if greedy else TEMPERATURES[1:]
+    return [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=m)
+            for t in temperatures for k in TOP_KS for p in TOP_PS for m in MIN_PS]
+
+
 @st.composite
 def sampling_knobs(draw, greedy=True, penalty=True):
     """A minillm.sampling.SamplingConfig: temperature (0, greedy, when `greedy`), top-k, top-p,
     min-p and the repetition, frequency and presence penalties (when `penalty`), each on or
-    off, edge values included."""
-    temperatures = [0.0, 1e-6, 0.7, 1.0, 30.0] if greedy else [1e-6, 0.7, 1.0, 30.0]
+    off, edge values included (knob_grid: every combination without the penalties)."""
+    temperatures = TEMPERATURES if greedy else TEMPERATURES[1:]
     return SamplingConfig(
         temperature=draw(st.sampled_from(temperatures)),
-        top_k=draw(st.sampled_from([None, 1, 2, 5])),
-        top_p=draw(st.sampled_from([None, 1e-9, 0.5, 0.95])),
-        min_p=draw(st.sampled_from([None, 0.1, 1.0])),
+        top_k=draw(st.sampled_from(TOP_KS)),
+        top_p=draw(st.sampled_from(TOP_PS)),
+        min_p=draw(st.sampled_from(MIN_PS)),
         repetition_penalty=draw(st.sampled_from([None, 1.3])) if penalty else None,
         frequency_penalty=draw(st.sampled_from([None, 0.7])) if penalty else None,
         presence_penalty=draw(st.sampled_from([None, -0.5, 1.0])) if penalty else None)

@@ -8,7 +8,6 @@ batch and window check passes at exact equality; with it off, a one-token decode
 other logits than a call of two or more tokens (calls of two or more tokens agree exactly in
 any split), so the uncached comparisons fail and the like-for-like ones pass.
 """
-import ctypes
 import os
 
 import numpy as np
@@ -28,13 +27,16 @@ from minillm.testing import (LLAMA_CPP_ORDER, Engine, Tolerance,
                              assert_deterministic, assert_rollback_matches,
                              check_batch_equivalence, check_cache_equivalence, check_rollback,
                              check_sampler, check_window_slides)
-from minillm.testing.adapters.llama_cpp import LlamaContext, llama_engine  # noqa: E402
+from minillm.testing.adapters.llama_cpp import (LlamaContext, llama_engine,  # noqa: E402
+                                                llama_filter, llama_window_loop)
+from minillm.testing.adapters.llama_cpp import LlamaCache  # noqa: E402
 from minillm.testing.compare import assert_logits_close, combine  # noqa: E402
 
 
 # -- the checks --------------------------------------------------------------------------------
 
-SMALL = dict(max_length=8, max_examples=8, shrink_seconds=10)  # a real model: few, short cases
+SMALL = dict(max_length=8, max_examples=8, shrink_seconds=10,
+             profile="quick")  # a real model: few, short cases, seeded ones crossing 16
 W = 6  # the window of the loops below (their own; the context holds 64 cells a sequence)
 
 
@@ -63,28 +65,61 @@ def test_flash_attention_on_passes_cache_rollback_and_batch_at_exact_equality(fl
     assert steps.max_abs == 0 and len(flash_on.free) == 8
 
 
-def rereading_loop(engine, keep):
-    """Greedy decoding with a window of W: on a slide the sequence's cells are removed and the
-    kept tokens read again from position 0 (what minillm's loop does)."""
-    def decode(prompt, n):
-        view, steps = list(prompt)[-W:], []
-        cache = engine.new_cache(1)
-        try:
-            logits = engine.forward(np.array([view]), cache)[0, -1]
-            for _ in range(n):
-                steps.append(logits)
-                token = int(logits.argmax())
-                if len(view) < W:
-                    view.append(token)
-                    logits = engine.forward(np.array([[token]]), cache)[0, -1]
-                else:
-                    view = (view + [token])[-keep:]
-                    cache.truncate(0)
-                    logits = engine.forward(np.array([view]), cache)[0, -1]
-        finally:
-            cache.close()
-        return np.array(steps)
-    return decode
+def test_the_default_profile_finds_that_calls_of_64_tokens_or_more_differ_with_flash_attention(
+        flash_on, flash_off):
+    """A finding of the default profile's seeded case crossing 64 tokens: with flash attention
+    on, a call of 64 tokens or more gives other logits than shorter calls, at every position
+    (the first four positions of a text: up to 0.889 here); calls of up to 63 tokens agree
+    exactly in any split. With flash attention off, calls of two or more tokens agree at any
+    size."""
+    with pytest.raises(AssertionError, match="crossing 64") as e:
+        check_cache_equivalence(llama_engine(flash_on), atol=0, max_length=8, max_examples=8,
+                                shrink_seconds=5)
+    print(f"\nflash attention on, the default profile: {str(e.value).splitlines()[0][:120]}")
+    for llama, differs in ((flash_on, True), (flash_off, False)):
+        engine = llama_engine(llama)
+        text = np.random.default_rng(1).integers(0, engine.vocab_size, (1, 70))
+        gaps = [float(np.abs(engine.forward(text[:, :n])[0, :4]
+                             - engine.forward(text[:, :4])[0]).max()) for n in (63, 64, 70)]
+        print(f"calls of 63, 64, 70 tokens against 4, first 4 positions: {gaps}")
+        assert gaps[0] == 0 and (gaps[1] > 0 and gaps[2] > 0) == differs
+
+
+def loses_a_cell(llama, page):
+    """Bug: once a text passes `page` tokens, the cell at position `page` is lost."""
+    engine = llama_engine(llama)
+
+    def forward(tokens, cache=None, pad=None):
+        logits = engine.forward(tokens, cache, pad)
+        if cache is not None and cache.length > page:
+            for seq, p in zip(cache.seqs, cache.pad):
+                llama_cpp.llama_memory_seq_rm(llama.memory, seq, page - p, page - p + 1)
+        return logits
+    return Engine(engine.vocab_size, engine.context_length, forward, engine.new_cache)
+
+
+class OneCellTooFar(LlamaCache):
+    """Bug: truncate(length) removes the cells from length - 1 on."""
+
+    def truncate(self, length):
+        for seq, p in zip(self.seqs, self.pad):
+            self.llama.lib.llama_memory_seq_rm(self.llama.memory, seq, max(0, length - 1 - p), -1)
+        self.length = length
+
+
+@pytest.mark.parametrize("page", [16, 32])
+def test_the_default_budget_catches_a_cell_lost_past_a_page(flash_on, page):
+    with pytest.raises(AssertionError, match=f"crossing {page}"):
+        check_cache_equivalence(loses_a_cell(flash_on, page), atol=0, shrink_seconds=5)
+
+
+def test_the_default_budget_catches_a_rollback_one_cell_too_far(flash_on):
+    engine = llama_engine(flash_on)
+    broken = Engine(engine.vocab_size, engine.context_length, engine.forward,
+                    new_cache=lambda batch_size: OneCellTooFar(flash_on, batch_size))
+    with pytest.raises(AssertionError, match="after truncate"):
+        check_rollback(broken, atol=0, shrink_seconds=5)
+    assert len(flash_on.free) == 8
 
 
 def context_shift_loop(llama, engine, keep):
@@ -118,8 +153,8 @@ def test_flash_attention_on_window_slides_equal_a_fresh_pass_when_the_kept_token
         flash_on):
     engine = llama_engine(flash_on)
     keep = W // 2
-    report = check_window_slides(rereading_loop(engine, keep), engine, atol=0, keep=keep,
-                                 window=W, max_examples=3, shrink_seconds=10)
+    report = check_window_slides(llama_window_loop(flash_on, W, keep), engine, atol=0,
+                                 keep=keep, window=W, max_examples=3, shrink_seconds=10)
     print(f"\nwindow slides, re-reading loop: {report}")
 
 
@@ -223,40 +258,10 @@ def test_a_failing_check_on_the_fewest_sequence_slots_reports_the_real_failure()
 
 # -- the sampler -------------------------------------------------------------------------------
 
-def llama_filter(z, knobs: SamplingConfig):
-    """llama.cpp's sampler chain as llama-cpp-python builds it (top-k, top-p, min-p, then the
-    temperature; the final `dist` draws from the softmax of what is left): float32 logits in,
-    that softmax out."""
-    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    if knobs.top_k is not None:
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(knobs.top_k))
-    if knobs.top_p is not None:
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(knobs.top_p, 1))
-    if knobs.min_p is not None:
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_min_p(knobs.min_p, 1))
-    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(knobs.temperature))
-    probs = np.zeros(z.shape)
-    try:
-        for r, row in enumerate(z):
-            data = (llama_cpp.llama_token_data * len(row))(
-                *[llama_cpp.llama_token_data(i, float(logit), 0.0) for i, logit in enumerate(row)])
-            cur = llama_cpp.llama_token_data_array(data, len(row), -1, False)
-            llama_cpp.llama_sampler_apply(chain, ctypes.byref(cur))
-            kept = data[:cur.size]
-            ids = np.array([d.id for d in kept])
-            logits = np.array([d.logit for d in kept], dtype=np.float64)
-            e = np.where(np.isfinite(logits), np.exp(logits - logits.max()), 0.0)
-            probs[r, ids] = e / e.sum()
-    finally:
-        llama_cpp.llama_sampler_free(chain)
-    return probs
-
-
 def test_llama_cpp_sampler_follows_minillm_filters_with_the_temperature_last():
     """float32 logits (llama.cpp's), knobs in llama-cpp-python's order; against minillm's
     order (temperature first) the same chain fails, where top-p or min-p cut differently."""
-    report = check_sampler(llama_filter, atol=1e-6, order=LLAMA_CPP_ORDER, dtype="float32",
-                           max_examples=100)
+    report = check_sampler(llama_filter, atol=1e-6, order=LLAMA_CPP_ORDER, dtype="float32")
     print(f"\nllama.cpp sampler chain: {report}")
     with pytest.raises(AssertionError, match="differs from minillm's filtered_probs"):
         check_sampler(llama_filter, SamplingConfig(temperature=0.7, top_p=0.5), atol=1e-6,

@@ -7,6 +7,8 @@ transformers computes the logits, the kit only compares them. Models are the ran
 (every parameter randomised), in float64 so that tolerances can be tight; what was found is
 written down in docs/TESTING.md.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,9 @@ from minillm.sampling import SamplingConfig  # noqa: E402
 from minillm.testing import (Engine, assert_rollback_matches, check_batch_equivalence,
                              check_cache_equivalence, check_draws, check_sampler,
                              check_speculative_distribution, exact_sequence_distribution)
-from minillm.testing.adapters.transformers import HFCache, hf_engine  # noqa: E402
+from minillm.testing.adapters.transformers import (HFCache, hf_engine, hf_filter,  # noqa: E402
+                                                   hf_window_loop)
+from minillm.testing import check_window_slides  # noqa: E402
 from minillm.testing.strategies import sampling_knobs  # noqa: E402
 from tests.peers.test_transformers_models import _float64_internals, hf_model  # noqa: E402
 
@@ -74,10 +78,40 @@ KNOBS = [SamplingConfig(temperature=0.7), SamplingConfig(temperature=1.0, top_k=
 
 
 def test_transformers_processors_pass_the_sampler_check():
-    """Its processors give minillm's distribution on every combination of temperature (> 0),
-    top-k, top-p and min-p, on logits with ties, -inf and huge values."""
+    """Its processors give minillm's distribution on every combination of temperature,
+    top-k, top-p and min-p (the grid, greedy included through hf_filter), on logits with ties,
+    -inf and huge values."""
+    print(f"\nhf_filter, the default check: {check_sampler(hf_filter)}")
     check_sampler(lambda z, knobs: hf_probs(z, knobs).numpy(),
                   sampling_knobs(greedy=False, penalty=False), max_examples=100)
+
+
+def test_transformers_warpers_reordered_top_p_first_are_caught_by_the_default():
+    """Top-p before the temperature: the same warpers in another order."""
+    def reordered(z, knobs):
+        if knobs.greedy:
+            return hf_filter(z, knobs)
+        scores, ids = torch.tensor(z, dtype=torch.float64), torch.zeros((len(z), 1)).long()
+        if knobs.top_p is not None:
+            scores = transformers.TopPLogitsWarper(knobs.top_p)(ids, scores)
+        rest = dataclasses.replace(knobs, top_p=None)
+        return hf_filter(scores.numpy(), rest)
+
+    with pytest.raises(AssertionError, match="knob combination .* of the grid"):
+        check_sampler(reordered)
+
+
+@pytest.mark.parametrize("profile", ["quick", "default"])
+def test_the_profiles_on_a_transformers_model(profile):
+    """The cost of each profile on one model (--durations): cache and rollback, batches, and
+    the window loop hf_window_loop (W = 8)."""
+    model = float64_model("llama-gqa4:2-h16-tied")
+    engine = hf_engine(model)
+    reports = [check_cache_equivalence(engine, atol=ATOL, profile=profile),
+               check_batch_equivalence(engine, atol=ATOL, profile=profile),
+               check_window_slides(hf_window_loop(model, 8), engine, atol=ATOL, window=8,
+                                   profile=profile)]
+    print(f"\n{profile}: " + "\n".join(map(str, reports)))
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=str)

@@ -2,6 +2,8 @@
 
     llama = LlamaContext("model.gguf", flash_attn=True)    # one llama_context, 8 sequences
     engine = llama_engine(llama)                            # check_cache_equivalence(engine, ...)
+    decode = llama_window_loop(llama, window=16)            # check_window_slides(decode, ...)
+    check_sampler(llama_filter, order=LLAMA_CPP_ORDER, dtype="float32", atol=1e-6)
     llama.close()
 
 One llama_context with `n_seq` sequence slots of `n_ctx_seq` cells each; each row of a kit call
@@ -24,7 +26,9 @@ import ctypes
 
 import numpy as np
 
+from ...sampling import SamplingConfig
 from ..engine import Engine
+from ..window import rereading_loop
 
 INSTALL = ('pip install llama-cpp-python (for a CPU build that runs everywhere: CMAKE_ARGS='
            '"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON")')
@@ -46,7 +50,7 @@ class LlamaContext:
     logits for every token. `free`: the sequences no cache holds."""
 
     def __init__(self, path, *, flash_attn: bool = True, kv_unified: bool = False,
-                 n_seq: int = 8, n_ctx_seq: int = 64, repack: bool = True, threads: int = 1):
+                 n_seq: int = 8, n_ctx_seq: int = 128, repack: bool = True, threads: int = 1):
         lib = self.lib = binding()
         lib.llama_backend_init()
         if not _QUIET:
@@ -157,3 +161,47 @@ def llama_engine(llama: LlamaContext, position_offset: int = 0) -> Engine:
 
     return Engine(llama.vocab_size, llama.n_ctx_seq - position_offset, forward,
                   new_cache=lambda batch_size: LlamaCache(llama, batch_size))
+
+
+def llama_window_loop(llama: LlamaContext, window: int, keep: int | None = None):
+    """check_window_slides' decode(prompt, n) for llama.cpp: greedy decoding with a window of
+    `window` cells that, on a slide, removes the sequence's cells and reads the newest `keep`
+    tokens again from position 0 (window.rereading_loop). llama.cpp's own context shift
+    (llama_memory_seq_add) is another loop, an approximation on a multi-layer model."""
+    return rereading_loop(llama_engine(llama), window, keep)
+
+
+def llama_filter(z, knobs: SamplingConfig) -> np.ndarray:
+    """llama.cpp's sampler chain as llama-cpp-python builds it, as check_sampler's filter:
+    top-k, top-p, min-p, then the temperature, the final softmax over what is left (what
+    `dist` draws from); temperature 0 is the greedy sampler (the first largest logit, all the
+    mass). Logits (B, V), read as float32 as llama.cpp holds them; probabilities (B, V).
+    check_sampler(llama_filter, order=LLAMA_CPP_ORDER, dtype="float32", atol=1e-6)."""
+    lib = binding()
+    z = np.asarray(z, dtype=np.float32)
+    probs = np.zeros(z.shape)
+    if knobs.greedy:
+        probs[np.arange(len(z)), z.argmax(axis=-1)] = 1.0
+        return probs
+    chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+    if knobs.top_k is not None:
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(knobs.top_k))
+    if knobs.top_p is not None:
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(knobs.top_p, 1))
+    if knobs.min_p is not None:
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(knobs.min_p, 1))
+    lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(knobs.temperature))
+    try:
+        for r, row in enumerate(z):
+            data = (lib.llama_token_data * len(row))(
+                *[lib.llama_token_data(i, float(logit), 0.0) for i, logit in enumerate(row)])
+            cur = lib.llama_token_data_array(data, len(row), -1, False)
+            lib.llama_sampler_apply(chain, ctypes.byref(cur))
+            kept = data[:cur.size]
+            ids = np.array([d.id for d in kept])
+            logits = np.array([d.logit for d in kept], dtype=np.float64)
+            e = np.where(np.isfinite(logits), np.exp(logits - logits.max()), 0.0)
+            probs[r, ids] = e / e.sum()
+    finally:
+        lib.llama_sampler_free(chain)
+    return probs

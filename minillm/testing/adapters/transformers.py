@@ -3,6 +3,8 @@
     engine = hf_engine(model)                          # DynamicCache
     engine = hf_engine(model, cache="static")          # StaticCache of the context's length
     check_cache_equivalence(engine, atol=1e-10)        # a float64 model
+    check_window_slides(hf_window_loop(model, window=16), engine, atol=1e-10, window=16)
+    check_sampler(hf_filter)                           # transformers' logits warpers
 
 Any `AutoModelForCausalLM` (GPT-2, Llama, Qwen2, Gemma, ...): the adapter gives it input ids,
 an attention mask (0 over each row's first pad[r] columns, its left padding), position ids
@@ -23,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...plumbing.optional import require
+from ...sampling import SamplingConfig
 from ..engine import Engine
+from ..window import rereading_loop
 
 CACHES = ("dynamic", "static")
 
@@ -84,3 +88,37 @@ def hf_engine(model, cache: str = "dynamic", max_cache_len: int | None = None) -
 
     length = max_cache_len if cache == "static" else context
     return Engine(model.config.vocab_size, length, forward, new_cache)
+
+
+def hf_window_loop(model, window: int, keep: int | None = None, cache: str = "dynamic"):
+    """check_window_slides' decode(prompt, n) for a transformers model: greedy decoding with a
+    window of `window` tokens that, on a slide, crops the cache to nothing and reads the
+    newest `keep` tokens again from position 0 (window.rereading_loop over hf_engine)."""
+    return rereading_loop(hf_engine(model, cache), window, keep)
+
+
+def hf_filter(z, knobs: SamplingConfig) -> np.ndarray:
+    """transformers' logits warpers for the knobs, in the order generate() applies them
+    (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper), then the
+    softmax do_sample draws from, as check_sampler's filter. Temperature 0 is greedy decoding
+    (do_sample=False: the argmax, all the mass; the temperature warper itself refuses 0).
+    Logits (B, V) in float64; probabilities (B, V)."""
+    torch = require("torch", "peers", "minillm.testing.adapters.transformers")
+    transformers = require("transformers", "peers", "minillm.testing.adapters.transformers")
+    z = np.asarray(z, dtype=np.float64)
+    if knobs.greedy:
+        probs = np.zeros(z.shape)
+        probs[np.arange(len(z)), z.argmax(axis=-1)] = 1.0
+        return probs
+    warpers = [transformers.TemperatureLogitsWarper(knobs.temperature)]
+    if knobs.top_k is not None:
+        warpers.append(transformers.TopKLogitsWarper(knobs.top_k))
+    if knobs.top_p is not None:
+        warpers.append(transformers.TopPLogitsWarper(knobs.top_p))
+    if knobs.min_p is not None:
+        warpers.append(transformers.MinPLogitsWarper(knobs.min_p))
+    scores = torch.tensor(z)
+    ids = torch.zeros((len(z), 1), dtype=torch.long)
+    for warper in warpers:
+        scores = warper(ids, scores)
+    return torch.softmax(scores, dim=-1).numpy()
