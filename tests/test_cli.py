@@ -208,7 +208,7 @@ def test_the_installed_command_runs_in_a_fresh_process(files):
     (["generate", "--top_k", "abc"], "minillm generate: error: argument --top_k: must be an "
                                      "integer >= 0 (0 or None disables), got 'abc'"),
     (["generate", "--top-k", "abc"], "minillm generate: error: argument --top_k: must be"),
-    (["chat"], "the following arguments are required: --model_path (see"),
+    (["convert", "m.gguf"], "the following arguments are required: out (see"),
     (["generate", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     (["next", "--top", "many"], "minillm next: error: argument --top"),
     (["no_such_command"], "minillm: error: argument COMMAND: invalid choice"),
