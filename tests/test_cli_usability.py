@@ -212,7 +212,7 @@ def test_special_tokens_are_printed_only_with_show_special(capsys, tmp_path):
 def chat_model_file(folder, name="chat.npz"):
     from tests.test_chat import chatml_tokenizer
 
-    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=256, d_model=16,
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=260, context_length=256, d_model=16,
                               n_layers=1, n_heads=2)
     model = minillm.random_model(cfg, seed=5)
     model.tokenizer = chatml_tokenizer()  # SmolLM2's template; <|im_end|> (257) ends a turn
@@ -283,3 +283,26 @@ def test_chat_without_a_model_takes_the_fetched_chat_model_or_says_how_to_fetch_
     assert err.splitlines()[0] == (f"minillm chat: smollm2-135m-instruct ({path}; --model_path "
                                    "chooses another)")
     assert err.splitlines()[1].startswith("[109 prompt tokens, 0 reused")
+
+
+def test_inspect_shows_the_chat_template_and_the_end_tokens(capsys, tmp_path):
+    from tests.test_chat import TURNS_TEMPLATE, turn_tokenizer
+
+    path, model = chat_model_file(tmp_path)
+    code, out, _ = run_cli(capsys, "inspect", path)
+    template = model.tokenizer.chat_template
+    assert code == 0 and out.endswith(
+        "tokenizer: 258 tokens\n"
+        f"  chat template   yes, {len(template):,} characters (minillm chat runs it)\n"
+        "  end tokens      <|im_end|> 257\n"
+        "  BOS             <|im_start|> 256, first in every prompt\n")
+    model.tokenizer = turn_tokenizer()  # Gemma's shape: no template of its own
+    minillm.save(model, tmp_path / "base.npz")
+    code, out, _ = run_cli(capsys, "inspect", tmp_path / "base.npz")
+    assert out.endswith("  chat template   none: minillm chat needs --template FILE\n"
+                        "  end tokens      <eos> 257\n"
+                        "  BOS             <bos> 256, first in every prompt\n")
+    model.tokenizer = turn_tokenizer(TURNS_TEMPLATE)  # the template's turn end stops too
+    minillm.save(model, tmp_path / "turns.npz")
+    code, out, _ = run_cli(capsys, "inspect", tmp_path / "turns.npz")
+    assert "  end tokens      <eos> 257, <end_of_turn> 259\n" in out

@@ -121,6 +121,24 @@ def load(path, fast: bool | None = None, progress=None) -> Model:
     return accelerate(model, own=True) if wants_fast(fast) else model
 
 
+def read_chat_template(path) -> str | None:
+    """The chat template a minillm .npz keeps in its tokenizer config, read without its
+    tensors; None when it keeps none. A file that is no .npz of this format: WeightsError."""
+    from ..text.tokenizer import TokenizerConfig
+
+    path = os.fspath(path)
+    if not zipfile.is_zipfile(path):
+        raise WeightsError(f"{path}: {_not_npz(path)}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if TOKENIZER_CONFIG_KEY not in archive.files:
+                return None
+            text = _read_string(archive[TOKENIZER_CONFIG_KEY], TOKENIZER_CONFIG_KEY)
+        return TokenizerConfig.from_json(text).chat_template
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise WeightsError(f"{path}: cannot read its tokenizer config ({e})") from None
+
+
 def wants_fast(fast: bool | None = None) -> bool:
     """An explicit choice, else the environment's: fast unless MINILLM_FAST=0."""
     return os.environ.get("MINILLM_FAST", "1") != "0" if fast is None else bool(fast)
