@@ -95,7 +95,8 @@ def test_a_model_path_that_is_a_folder_or_a_gguf_file_says_what_to_do(capsys, tm
         "it first: minillm convert" in err
     (tmp_path / "m.gguf").write_bytes(b"GGUF" + bytes(28))
     code, _, err = run_cli(capsys, "chat", "--model_path", tmp_path / "m.gguf")
-    assert code == 2 and err == (f"minillm chat: error: {tmp_path / 'm.gguf'}: a GGUF file, "
+    assert code == 2 and err == (f"minillm chat: error: --model_path: {tmp_path / 'm.gguf'}: "
+                                 f"a GGUF file, "
                                  f"not an .npz file; convert it first: minillm convert "
                                  f"{tmp_path / 'm.gguf'} model.npz\n")
 

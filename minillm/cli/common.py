@@ -187,8 +187,10 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
     """The one loader of every command: the model at `path` (see model_file).
     int8: quantize its linear weights on load (an already int8 file stays as it is).
     reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0.
-    A large file shows its loading on stderr when stderr is a terminal (ProgressLine)."""
-    from ..files.npz import load, wants_fast
+    A large file shows its loading on stderr when stderr is a terminal (ProgressLine).
+    A file that is no minillm .npz (damaged, a GGUF file, a folder) is a one-line error naming
+    `flag` and saying what the file is."""
+    from ..files.npz import WeightsError, load, wants_fast
 
     file = model_file(path, flag)
     fast = False if reference else None
@@ -204,8 +206,10 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
                     line.count(f"loading {name}", done, total, "arrays")
                 else:
                     line.show(f"[loading {name}: {after}]")
-        # A folder or a GGUF file: load's error says what it is and what to run.
-        model = load(file, fast=fast, progress=show)
+        try:  # a folder or a GGUF file: load's error says what it is and what to run
+            model = load(file, fast=fast, progress=show)
+        except WeightsError as error:
+            raise UsageError(f"{flag}: {error}") from None
         if int8:
             from ..quantize import quantize
 
