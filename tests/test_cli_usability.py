@@ -253,7 +253,7 @@ def test_a_chat_model_that_ends_its_turn_at_once_is_told_of_chat(capsys, monkeyp
     for flags, knobs in (([], CHAT_DEFAULTS), (["--temperature", "0"], dict(temperature=0))):
         code, out, err = run_cli(capsys, "generate", "--model_path", path, "What is 2+2?",
                                  "--chat", "--max_new_tokens", 8, *flags)
-        new = minillm.generate(model, prompt, max_new_tokens=8, **knobs)[len(prompt):]
+        new = minillm.generate(model, prompt, **dict(knobs, max_new_tokens=8))[len(prompt):]
         assert code == 0 and out == model.tokenizer.decode(new, skip_special_tokens=True) + "\n"
         assert f"[prompt {len(prompt)} tokens" in err and "note" not in err
     code, _, err = run_cli(capsys, "generate", "--chat", "In the beginning")

@@ -20,10 +20,11 @@ file's own runtime stops, or EOS, and every end-of-turn token the template write
 conversation) or --max_new_tokens, which the summary on stderr then names: the reply was cut.
 The prompt starts with BOS when the tokenizer asks.
 
-The sampling knobs start from llama.cpp's chain, what chat users expect (temperature 0.8,
-top-k 40, top-p 0.95, min-p 0.05: minillm.knobs.CHAT_DEFAULTS), not from the model's own
-distribution that `minillm generate` samples; --temperature 0 is greedy, and --top_k 0,
---top_p 1 or --min_p 0 turns a filter off.
+The knobs start from minillm.knobs.CHAT_DEFAULTS, not from the model's own distribution that
+`minillm generate` samples: llama.cpp's chain, what chat users expect (temperature 0.8, top-k
+40, top-p 0.95, min-p 0.05), ollama's repetition penalty 1.1 against replies that loop, and
+replies of up to 512 tokens (bench/studies/chat_endings.py measured both); --temperature 0 is
+greedy, and --top_k 0, --top_p 1, --min_p 0 or --repetition_penalty 1 turns one off.
 
 A model whose file carries no chat template (Gemma 3 270M, a base model, is one) chats only
 with --template FILE, a Jinja chat template such as the instruction-tuned model's: it takes the
@@ -55,13 +56,14 @@ def add_arguments(parser) -> None:
 
 
 def use_chat_defaults(parser) -> None:
-    """The knob flags start from CHAT_DEFAULTS (llama.cpp's chain), each help saying so."""
+    """The knob flags start from CHAT_DEFAULTS (llama.cpp's chain, a repetition penalty, a
+    longer reply), each help saying so."""
     parser.set_defaults(**CHAT_DEFAULTS)
     for action in parser._actions:
         if action.dest in CHAT_DEFAULTS:
             knob = KNOBS[action.dest]
             library = "unset" if knob.default is None else knob.default
-            action.help = (f"{knob.help} (default: {CHAT_DEFAULTS[action.dest]}, llama.cpp's; "
+            action.help = (f"{knob.help} (default: {CHAT_DEFAULTS[action.dest]}, the chat's; "
                            f"minillm generate's: {library})")
 
 
