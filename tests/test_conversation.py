@@ -265,6 +265,20 @@ def test_ctrl_c_stops_the_reply_keeps_it_and_ctrl_c_at_the_prompt_leaves(chat_mo
     assert reused == common_prefix_length(prompts[0] + first, prompts[1]) > len(prompts[0])
 
 
+def test_on_a_terminal_the_chat_says_how_to_leave_and_prompts(chat_model_path, monkeypatch,
+                                                               capsys):
+    import types
+
+    from minillm.cli import main
+
+    lines = iter(["\n"])  # an empty line: the chat ends
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(readline=lambda: next(lines),
+                                                           isatty=lambda: True))
+    assert main(["chat", "--model_path", chat_model_path]) == 0
+    assert capsys.readouterr().err == ("[an empty line or Ctrl-D ends the chat; Ctrl-C stops a "
+                                       "reply]\n> ")
+
+
 def test_the_chat_says_when_a_reply_was_cut_at_max_new_tokens(chat_model_path, monkeypatch,
                                                                capsys):
     """The summary names --max_new_tokens when it ended the reply; not when an end token or a

@@ -21,7 +21,8 @@ The prompt is text to continue, as it stands. A chat model (a file with a chat t
 it so too, and often ends its turn at once: a note on stderr then says so. --chat reads the
 prompt as a user's message instead, through the model's chat template (the first turn of
 `minillm chat`), and prints the reply alone, drawn from the chat's knobs (knobs.CHAT_DEFAULTS:
-temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) for those not given.
+temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repetition penalty 1.1, up to 512 tokens)
+for those not given.
 
 --logprobs prints a table instead of the text, one token a line, tab-separated:
     kind       prompt or new
