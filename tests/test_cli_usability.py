@@ -208,6 +208,9 @@ def test_special_tokens_are_printed_only_with_show_special(capsys, tmp_path):
                                "--max_new_tokens", 40, "--stop_ids", "", *extra)
         assert code == 0 and out == shown + "\n"
     assert out.startswith("<bos>Hi")
+    code, out, _ = run_cli(capsys, "generate", "--model_path", path, "Hi", "--explain",
+                           "--max_new_tokens", 2)  # the marked text too starts with the prompt
+    assert code == 0 and out.startswith("Hi[")
 
 
 def chat_model_file(folder, name="chat.npz"):
