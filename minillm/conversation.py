@@ -66,7 +66,9 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
     every turn for one random stream across the conversation).
 
     On return the cache holds the view's tokens up to the last one read (the final token
-    yielded is never read: it is the reply's end, or the last of max_new_tokens).
+    yielded is never read: it is the reply's end, or the last of max_new_tokens). A reply
+    stopped early (the caller closes the iterator, or Ctrl-C interrupts a forward pass) keeps
+    what the cache holds: the next turn reads only what is new to it.
     """
     model, cache = conversation.model, conversation.cache
     config = generation_config(config, model, **knobs)
@@ -77,10 +79,18 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
                       f"{W}: only the last {W} are read", stacklevel=2)
     view = [int(t) for t in prompt][-W:]  # a prompt longer than the window: its newest W
     cache.reserve(min(W, len(view) + config.max_new_tokens))
-    logits = sync(model, cache, conversation.cached, view)
     window = first_window([np.asarray(view)], W)
     try:
+        logits = sync(model, cache, conversation.cached, view)
         for step in decode(model, window, cache, logits, config, rng):
             yield int(step.tokens[0])
-    finally:  # the cache holds the window's text (its last token is read at the next step)
-        conversation.cached = window.row(0)
+    finally:
+        conversation.cached = cached_text(window.row(0), cache.length)
+
+
+def cached_text(text: list, length: int) -> list:
+    """The tokens a cache of `length` positions holds of `text`, the window's text: all of it
+    after a whole step, its first `length` after one interrupted (a forward pass counts its
+    tokens only once every layer has them: model.py). None of it when the cache is longer
+    than the text: the window slid, but the cache was not yet read again from its start."""
+    return text[:length] if length <= len(text) else []

@@ -182,3 +182,30 @@ def test_serve_load_study_drives_minillm_serve_alone(capsys):
     for level, finished in ((1, 3), (3, 6)):
         assert (f"{level} clients: 0 running, 0 waiting, 0 blocks in use, {finished} finished, "
                 "0 aborted, 0 errors, 0 preemptions, 0 prompt tokens reused") in printed
+
+
+def test_chat_endings_study_counts_the_replies_that_end_by_themselves(capsys, tmp_path):
+    """The study on a small chat model: a row per variant and cap, every reply counted once,
+    the replies that ended by a cap never fewer at a larger one."""
+    import re
+
+    import minillm
+    from bench.studies.chat_endings import PROMPTS, main as chat_endings, repeats_itself
+    from tests.test_chat import chatml_tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=256, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=1)
+    model.tokenizer = chatml_tokenizer()
+    minillm.save(model, tmp_path / "chat.npz")
+    assert chat_endings(["--model_path", str(tmp_path / "chat.npz"), "--seeds", "1", "--cap",
+                         "6", "--caps", "3", "6", "--variant", "repetition_penalty=1.1"]) == 0
+    rows = re.findall(r"^\| (.+?) \| (\d+) \| (\d+) of (\d+) \| (\d+) \| (\d+) \|",
+                      capsys.readouterr().out, re.M)
+    assert [(name, cap) for name, cap, *_ in rows] == [
+        ("llama.cpp's chain", "3"), ("llama.cpp's chain", "6"),
+        ("repetition_penalty=1.1", "3"), ("repetition_penalty=1.1", "6")]
+    for _, _, ended, n, cut, _ in rows:
+        assert int(ended) + int(cut) == int(n) == len(PROMPTS)
+    assert int(rows[0][2]) <= int(rows[1][2]) and int(rows[2][2]) <= int(rows[3][2])
+    assert repeats_itself([1, 2, 3, 4, 5, 6, 7, 8] * 3) and not repeats_itself(list(range(30)))

@@ -301,13 +301,13 @@ def test_a_conversation_ends_each_reply_by_itself(knobs):
 
 def test_the_chat_command_samples_with_the_chat_defaults_and_stops_at_the_end_token(
         tmp_path, monkeypatch, capsys):
-    """No knob flag: CHAT_DEFAULTS (llama.cpp's chain) and the tokenizer's end tokens; the
-    flags turn each filter off again."""
+    """No knob flag: CHAT_DEFAULTS (llama.cpp's chain, a repetition penalty, a longer reply) and
+    the tokenizer's end tokens; the flags turn each filter off again."""
     import io
 
     import minillm.conversation as conversation
     from minillm.cli import main
-    from minillm.knobs import CHAT_DEFAULTS, SamplingConfig
+    from minillm.knobs import CHAT_DEFAULTS, SamplingConfig, generation_config
 
     model, _ = ending_chat_model()
     minillm.save(model, tmp_path / "chat.npz")
@@ -321,8 +321,8 @@ def test_the_chat_command_samples_with_the_chat_defaults_and_stops_at_the_end_to
     for flags in ([], ["--temperature", "1", "--top_k", "0", "--top_p", "1", "--min_p", "0"]):
         monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
         assert main(["chat", "--model_path", str(tmp_path / "chat.npz"), *flags]) == 0
-    assert configs[0].sampling == SamplingConfig(**CHAT_DEFAULTS)
-    assert configs[1].sampling == SamplingConfig()  # every filter off: the model's own
+    assert configs[0] == generation_config(None, model, **CHAT_DEFAULTS, stop_tokens=[END])
+    assert configs[1].sampling == SamplingConfig(repetition_penalty=1.1)  # every filter off
     assert configs[0].stop_tokens == configs[1].stop_tokens == (END,)
     err = capsys.readouterr().err
     assert "new tokens" in err and "200 new tokens" not in err  # each reply ended by itself

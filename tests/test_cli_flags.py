@@ -66,6 +66,31 @@ def test_the_help_shows_one_spelling_and_says_the_other_parses(capsys):
     assert "--max-new-tokens for --max_new_tokens" in " ".join(out.split())
 
 
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_help_shows_its_flags_with_underscores(name, capsys):
+    """--help shows each long flag with _ between its words, --no_browser as --max_new_tokens
+    (either spelling parses)."""
+    parser = commands()[name]
+    shown = [option for action in parser._actions for option in action.option_strings
+             if option.startswith("--") and option not in getattr(action, "other_spellings", ())]
+    assert [flag for flag in shown if "-" in flag[2:]] == [], name
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in shown if flag != "--help")
+
+
+def test_every_flag_has_help_and_convert_names_every_gguf_family(capsys):
+    from minillm.files.gguf_config import ARCHITECTURES
+
+    for name, parser in commands().items():
+        assert [a.dest for a in parser._actions if not a.help] == [], name
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    about = " ".join(capsys.readouterr().out.split()).split("positional arguments")[0]
+    assert [arch for arch in ARCHITECTURES if f" {arch}," not in about.replace(")", ",")] == []
+
+
 def test_an_error_names_the_flag_once(capsys):
     code, err = one_line_error(capsys, "generate", "--top-k", "abc")
     assert code == 2 and "argument --top_k: must be an integer >= 0" in err

@@ -95,7 +95,8 @@ def test_a_model_path_that_is_a_folder_or_a_gguf_file_says_what_to_do(capsys, tm
         "it first: minillm convert" in err
     (tmp_path / "m.gguf").write_bytes(b"GGUF" + bytes(28))
     code, _, err = run_cli(capsys, "chat", "--model_path", tmp_path / "m.gguf")
-    assert code == 2 and err == (f"minillm chat: error: {tmp_path / 'm.gguf'}: a GGUF file, "
+    assert code == 2 and err == (f"minillm chat: error: --model_path: {tmp_path / 'm.gguf'}: "
+                                 f"a GGUF file, "
                                  f"not an .npz file; convert it first: minillm convert "
                                  f"{tmp_path / 'm.gguf'} model.npz\n")
 
@@ -182,3 +183,130 @@ def test_a_conversation_longer_than_the_context_is_cut_with_a_warning(capsys, mo
     err = capsys.readouterr().err
     assert err.startswith("minillm chat: warning: conversation: ") and (
         "tokens, longer than the model's context of 16: only the last 16 are read\n" in err)
+
+
+def test_special_tokens_are_printed_only_with_show_special(capsys, tmp_path):
+    """The prompt's <bos> and every special token drawn stay out of the text, as llama.cpp
+    prints it; --show_special prints each one, the end token included."""
+    from tests.test_chat import turn_tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=260, context_length=64, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=2, std=0.5)
+    model.tokenizer = turn_tokenizer()  # <bos> first in every prompt, as Gemma's
+    path = tmp_path / "m.npz"
+    minillm.save(model, path)
+    prompt = model.tokenizer.encode("Hi", add_special_tokens=True)
+    new = minillm.generate(model, prompt, max_new_tokens=40, temperature=0,
+                           stop_tokens=())[len(prompt):]
+    special = set(model.tokenizer.special_tokens.values())
+    assert prompt[0] == 256 and special & set(new)  # drawn as well: <eos>, a turn marker
+    tok = model.tokenizer
+    for extra, shown in (([], tok.decode(prompt + new, skip_special_tokens=True)),
+                         (["--show_special"], tok.decode(prompt + new))):
+        code, out, _ = run_cli(capsys, "generate", "--model_path", path, "Hi", "--greedy",
+                               "--max_new_tokens", 40, "--stop_ids", "", *extra)
+        assert code == 0 and out == shown + "\n"
+    assert out.startswith("<bos>Hi")
+    code, out, _ = run_cli(capsys, "generate", "--model_path", path, "Hi", "--explain",
+                           "--max_new_tokens", 2)  # the marked text too starts with the prompt
+    assert code == 0 and out.startswith("Hi[")
+
+
+def chat_model_file(folder, name="chat.npz"):
+    from tests.test_chat import chatml_tokenizer
+
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=260, context_length=256, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=5)
+    model.tokenizer = chatml_tokenizer()  # SmolLM2's template; <|im_end|> (257) ends a turn
+    minillm.save(model, folder / name)
+    return folder / name, model
+
+
+def test_a_chat_model_that_ends_its_turn_at_once_is_told_of_chat(capsys, monkeypatch,
+                                                                  tmp_path):
+    """generate reads a prompt as text to continue; a chat model given one may end its turn
+    at once (SmolLM2's first token is <|im_end|>): a note on stderr then names --chat and
+    minillm chat. --chat reads the prompt as a user's message and prints the reply alone,
+    drawn from the chat's knobs."""
+    from minillm.cli import generate
+    from minillm.knobs import CHAT_DEFAULTS
+    from minillm.text.chat_template import chat_prompt_ids
+
+    path, model = chat_model_file(tmp_path)
+    real, drawn = generate.token_stream, {}
+
+    def ended_at_once(model, prompt, args, stats=None):  # the model's turn ends at once
+        drawn["prompt"] = prompt
+        return iter(drawn.get("tokens", [257]))
+
+    monkeypatch.setattr(generate, "token_stream", ended_at_once)
+    code, out, err = run_cli(capsys, "generate", "--model_path", path, "What is 2+2?")
+    assert code == 0 and out == "What is 2+2?\n"
+    assert err.splitlines()[-1] == (
+        f"minillm generate: note: {path} is a chat model and ended its turn at once "
+        f"(<|im_end|> after 1 new token); --chat reads the prompt as a user's message, and "
+        f"minillm chat --model_path {path} converses")
+    drawn["tokens"] = [72, 105, 33, 10, 257]  # the turn ends later: no note
+    assert len(drawn["tokens"]) > generate.EARLY_END
+    assert "note" not in run_cli(capsys, "generate", "--model_path", path, "Hi")[2]
+    monkeypatch.setattr(generate, "token_stream", real)
+    prompt = chat_prompt_ids(model.tokenizer, [{"role": "user", "content": "What is 2+2?"}])
+    for flags, knobs in (([], CHAT_DEFAULTS), (["--temperature", "0"], dict(temperature=0))):
+        code, out, err = run_cli(capsys, "generate", "--model_path", path, "What is 2+2?",
+                                 "--chat", "--max_new_tokens", 8, *flags)
+        new = minillm.generate(model, prompt, **dict(knobs, max_new_tokens=8))[len(prompt):]
+        assert code == 0 and out == model.tokenizer.decode(new, skip_special_tokens=True) + "\n"
+        assert f"[prompt {len(prompt)} tokens" in err and "note" not in err
+    code, _, err = run_cli(capsys, "generate", "--chat", "In the beginning")
+    assert code == 2 and err == ("minillm generate: error: --chat: target.npz has no chat "
+                                 "template; it continues text as it is (leave out --chat)\n")
+    code, _, err = run_cli(capsys, "generate", "--model_path", path, "--chat", "--prompt_ids",
+                           "1,2")
+    assert code == 2 and "--chat: not with --prompt_ids" in err
+
+
+def test_chat_without_a_model_takes_the_fetched_chat_model_or_says_how_to_fetch_one(
+        capsys, monkeypatch, tmp_path):
+    from minillm.files.registry import MODELS
+
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+    source = MODELS["smollm2-135m-instruct"]
+    code, out, err = run_cli(capsys, "chat")
+    assert code == 2 and out == "" and err == (
+        "minillm chat: error: --model_path: no chat model given, and none fetched yet; fetch "
+        f"one with: minillm fetch smollm2-135m-instruct (a {source.size / 1e6:.0f} MB "
+        f"download, converted in seconds to a {source.npz_size / 1e6:.0f} MB file), or give "
+        "--model_path (the shipped model does not chat)\n")
+    path, _ = chat_model_file(tmp_path, "smollm2-135m-instruct-int8.npz")  # int8: found too
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+    code, out, err = run_cli(capsys, "chat", "--max_new_tokens", 3)
+    assert code == 0 and out.count("\n") == 1
+    assert err.splitlines()[0] == (f"minillm chat: smollm2-135m-instruct ({path}; --model_path "
+                                   "chooses another)")
+    assert err.splitlines()[1].startswith("[109 prompt tokens, 0 reused")
+
+
+def test_inspect_shows_the_chat_template_and_the_end_tokens(capsys, tmp_path):
+    from tests.test_chat import TURNS_TEMPLATE, turn_tokenizer
+
+    path, model = chat_model_file(tmp_path)
+    code, out, _ = run_cli(capsys, "inspect", path)
+    template = model.tokenizer.chat_template
+    assert code == 0 and out.endswith(
+        "tokenizer: 258 tokens\n"
+        f"  chat template   yes, {len(template):,} characters (minillm chat runs it)\n"
+        "  end tokens      <|im_end|> 257\n"
+        "  BOS             <|im_start|> 256, first in every prompt\n")
+    model.tokenizer = turn_tokenizer()  # Gemma's shape: no template of its own
+    minillm.save(model, tmp_path / "base.npz")
+    code, out, _ = run_cli(capsys, "inspect", tmp_path / "base.npz")
+    assert out.endswith("  chat template   none: minillm chat needs --template FILE\n"
+                        "  end tokens      <eos> 257\n"
+                        "  BOS             <bos> 256, first in every prompt\n")
+    model.tokenizer = turn_tokenizer(TURNS_TEMPLATE)  # the template's turn end stops too
+    minillm.save(model, tmp_path / "turns.npz")
+    code, out, _ = run_cli(capsys, "inspect", tmp_path / "turns.npz")
+    assert "  end tokens      <eos> 257, <end_of_turn> 259\n" in out

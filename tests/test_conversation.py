@@ -9,6 +9,7 @@ import minillm
 from minillm.text.chat_template import chat_prompt_ids
 from minillm.conversation import Conversation, respond
 from minillm.knobs import generation_config
+from minillm.window import common_prefix_length
 from tests.test_chat import ASSISTANT, USER, USER_AGAIN, chatml_tokenizer
 
 END = 257  # <|im_end|>
@@ -60,6 +61,65 @@ def test_each_turn_equals_a_fresh_generation_and_reads_only_what_is_new(context_
         previous = prompt
         text = tok.decode([t for t in reply if t != END])
         messages = messages + [{"role": "assistant", "content": text}, USER_AGAIN]
+
+
+@pytest.mark.parametrize("context_length, where", [
+    *((context, n) for context in (512, 128) for n in (1, 2, 5, 12, 41, 42, 44)),
+    (128, "slide")])  # 128: the reply's 20th token slides the window (then layer calls 41, 42)
+def test_a_reply_interrupted_midway_keeps_what_the_cache_holds(context_length, where,
+                                                                monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt) in the middle of a forward pass, the prompt's or a decode
+    step's (`where`: the n-th layer's MLP, some layers' keys already written), or just as the
+    window slides: the conversation keeps the tokens its cache holds, and the next turn, the
+    cut reply kept as the model's, reads only the rest and equals a fresh generation."""
+    tok = chatml_tokenizer()
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=258, context_length=context_length,
+                              d_model=16, n_layers=2, n_heads=2, n_kv_heads=1)
+    model = minillm.random_model(cfg, seed=3, dtype="float64")
+    counting = CountingModel(model)
+    conversation = Conversation(counting)
+    config = generation_config(max_new_tokens=30, temperature=0.9, stop_tokens=())
+    calls, mlp = [], model._mlp
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == where:
+            raise KeyboardInterrupt
+        return mlp(*args)
+
+    def reset():  # the window slid; Ctrl-C before the cache starts again
+        raise KeyboardInterrupt
+
+    if where == "slide":
+        monkeypatch.setattr(conversation.cache, "reset", reset)
+    else:
+        monkeypatch.setattr(model, "_mlp", interrupted)
+    prompt, reply = chat_prompt_ids(tok, [USER]), []
+    with pytest.raises(KeyboardInterrupt):
+        for token in respond(conversation, prompt, config, np.random.default_rng(0)):
+            reply.append(token)
+    monkeypatch.undo()
+    held = list(conversation.cached)
+    # The cache holds what the conversation says it holds; just after a slide, nothing of the
+    # window's text yet (its old text, forgotten at the next turn).
+    assert conversation.cache.length == len(held) or where == "slide" and held == []
+    if context_length == 512:  # the text read so far, but the token of a step cut midway
+        assert held == (prompt + reply)[:len(held)]
+        assert len(held) == (0 if len(calls) <= cfg.n_layers else len(prompt + reply) - 1)
+    text = tok.decode(reply, skip_special_tokens=True)
+    messages = [USER, {"role": "assistant", "content": text}, USER_AGAIN]
+    prompt = chat_prompt_ids(tok, messages)
+    view = prompt[-context_length:]
+    counting.reads.clear()
+    with (pytest.warns(UserWarning, match="longer than the model's context")
+          if len(prompt) > context_length else contextlib.nullcontext()):
+        again = list(respond(conversation, prompt, config, np.random.default_rng(1)))
+        expected = minillm.generate(model, prompt, config, rng=np.random.default_rng(1))
+    assert again == expected[len(prompt):]
+    kept = common_prefix_length(held, view)
+    assert counting.reads[0] == len(view) - min(kept, len(view) - 1)  # only what is new
+    if context_length == 512 and held:  # the first prompt was read: none of it again
+        assert kept >= len(chat_prompt_ids(tok, [USER]))
 
 
 def test_a_conversation_that_changes_its_past_reads_it_again():
@@ -161,8 +221,8 @@ def chat_model_path(tmp_path):
     return str(tmp_path / "chat.npz")
 
 
-def test_ctrl_c_stops_the_reply_and_ctrl_c_at_the_prompt_leaves(chat_model_path, monkeypatch,
-                                                                capsys):
+def test_ctrl_c_stops_the_reply_keeps_it_and_ctrl_c_at_the_prompt_leaves(chat_model_path,
+                                                                         monkeypatch, capsys):
     import types
 
     import minillm.conversation as conversation
@@ -200,6 +260,55 @@ def test_ctrl_c_stops_the_reply_and_ctrl_c_at_the_prompt_leaves(chat_model_path,
     assert out.startswith(shown + "\n")
     assert prompts[1] == chat_prompt_ids(model.tokenizer, [
         USER, {"role": "assistant", "content": shown}, {"role": "user", "content": "And 3+3?"}])
+    # The cache kept the first prompt and the reply so far: the next turn reads only the rest.
+    reused = int(stats[1].split(" reused")[0].rsplit(" ", 1)[1])
+    assert reused == common_prefix_length(prompts[0] + first, prompts[1]) > len(prompts[0])
+
+
+def test_on_a_terminal_the_chat_says_how_to_leave_and_prompts(chat_model_path, monkeypatch,
+                                                               capsys):
+    import types
+
+    from minillm.cli import main
+
+    lines = iter(["\n"])  # an empty line: the chat ends
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(readline=lambda: next(lines),
+                                                           isatty=lambda: True))
+    assert main(["chat", "--model_path", chat_model_path]) == 0
+    assert capsys.readouterr().err == ("[an empty line or Ctrl-D ends the chat; Ctrl-C stops a "
+                                       "reply]\n> ")
+
+
+def test_the_chat_says_when_a_reply_was_cut_at_max_new_tokens(chat_model_path, monkeypatch,
+                                                               capsys):
+    """The summary names --max_new_tokens when it ended the reply; not when an end token or a
+    --stop text did, even at the last token allowed."""
+    import io
+
+    import minillm.conversation as conversation
+    from minillm.cli import main
+
+    def chat(*flags, reply=None):
+        if reply is not None:  # the model's reply, as given
+            monkeypatch.setattr(conversation, "respond", lambda *args, **kwargs: iter(reply))
+        monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\n\n"))
+        assert main(["chat", "--model_path", chat_model_path, "--temperature", "0",
+                     "--max_new_tokens", "3", *flags]) == 0
+        return [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+
+    model = minillm.load(chat_model_path)
+    prompt = chat_prompt_ids(model.tokenizer, [USER])
+    new = minillm.generate(model, prompt, max_new_tokens=3, temperature=0)[len(prompt):]
+    assert END not in new
+    [cut] = chat()
+    assert cut.endswith(" 0 reused from the cache; 3 new tokens, cut at --max_new_tokens, "
+                        + cut.rsplit(", ", 1)[1])
+    text = model.tokenizer.decode(new)
+    assert "\\" not in text and "\ufffd" not in text
+    [stopped] = chat("--stop", text)  # the last token completes the stop text
+    assert "3 new tokens, " in stopped and "cut" not in stopped
+    [ended] = chat(reply=[new[0], new[1], END])  # the last token allowed is the end token
+    assert "3 new tokens, " in ended and "cut" not in ended
 
 
 def test_the_chat_ends_a_reply_at_a_stop_text_and_keeps_the_text_before_it(chat_model_path,

@@ -172,9 +172,10 @@ CHART = """() => {
   const lines = [...svg.querySelectorAll("line.survivors, line.cutline")]
     .map((l) => ["x1", "y1", "x2", "y2"].map((a) => Number(l.getAttribute(a))));
   return {points, labels, lines, dots: svg.querySelectorAll("circle.dot").length,
-          curve: sampling.last.curve};
+          curve: sampling.last.curve,
+          titles: [...svg.querySelectorAll("text.axis-title")].map((t) => t.textContent)};
 }"""
-BOTTOM = 240 - 24  # the chart's x axis
+BOTTOM = 260 - 44  # the chart's x axis
 
 
 def crosses(segment, box, step=0.25) -> bool:
@@ -204,6 +205,8 @@ def test_the_chart_stops_at_its_floor_and_its_labels_clear_every_line(page, mode
     scaled = np.sort(minillm.filtered_probs(logits, temperature=knobs["temperature"]))[::-1]
     above = int((scaled >= 1e-12).sum())  # the ranks above the floor, from the library
     assert chart["curve"]["above"] == above
+    assert chart["titles"] == ["rank (log scale)", "probability (log scale)" if view == "log"
+                               else "running total"]  # each axis says what it counts
     points, V = chart["points"], model.config.vocab_size
     if view == "log":
         # One point a rank sent whose probability reaches 1e-12, the last one at rank `above`:

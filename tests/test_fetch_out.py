@@ -83,3 +83,37 @@ def test_a_second_fetch_finds_the_npz_and_does_nothing(world, capsys):
     assert main(["fetch", NAME]) == 0
     assert capsys.readouterr().err == f"{NAME}: already fetched\n"
     assert len(downloads) == 1
+
+
+@pytest.mark.parametrize("chats", [True, False])
+def test_fetch_says_whether_the_model_chats_and_how(world, monkeypatch, tmp_path, capsys, chats):
+    """Once fetched (or found fetched), a line says whether the file holds a chat template:
+    then how to chat; else (a base model) what --template does, both at chat and at fetch."""
+    import minillm
+    from tests.test_chat import chatml_tokenizer, turn_tokenizer
+
+    def convert_gguf(gguf, out, int8, progress=None, template=None):
+        cfg = minillm.ModelConfig(arch="modern", vocab_size=260, context_length=16,
+                                  d_model=16, n_layers=1, n_heads=2)
+        model = minillm.random_model(cfg, seed=0)
+        model.tokenizer = chatml_tokenizer() if chats else turn_tokenizer(template)
+        minillm.save(model, out)
+
+    monkeypatch.setattr(registry, "convert_gguf", convert_gguf)
+    expected = (f"{NAME} chats (its file holds a chat template): minillm chat --model_path "
+                f"{NAME}; one question: minillm generate --model_path {NAME} --chat TEXT"
+                if chats else
+                f"{NAME} has no chat template (a base model: minillm generate --model_path "
+                f"{NAME} TEXT continues a text); to chat, give it one, such as its "
+                f"instruction-tuned model's: minillm chat --model_path {NAME} --template FILE, "
+                f"or keep it in the .npz: minillm fetch {NAME} --template FILE")
+    for _ in range(2):  # fetched, then found fetched
+        assert main(["fetch", NAME]) == 0
+        assert capsys.readouterr().err.splitlines()[-1] == expected
+    out = tmp_path / "elsewhere.npz"  # a path of its own: the commands take that path
+    assert main(["fetch", NAME, "--out", str(out)]) == 0
+    assert f"--model_path {out}" in capsys.readouterr().err
+    if not chats:  # fetched with a template: it chats
+        (tmp_path / "t.jinja").write_text("{{ messages }}", encoding="utf-8")
+        assert main(["fetch", NAME, "--template", str(tmp_path / "t.jinja")]) == 0
+        assert f"{NAME} chats" in capsys.readouterr().err

@@ -187,25 +187,25 @@ def test_one_table_of_defaults_for_the_library_the_command_line_and_the_readme()
             assert flags[name].default == own.get(name, default[name]), (command, name)
             assert KNOBS[name].help in flags[name].help
             if name in own:  # chat's help shows its own default
-                assert f"(default: {own[name]}, llama.cpp's; " in flags[name].help
+                assert f"(default: {own[name]}, the chat's; " in flags[name].help
     guide = (Path(__file__).resolve().parents[1] / "docs" / "GUIDE.md").read_text(encoding="utf-8")
     rows = {name: (library, chat) for name, library, chat in
             re.findall(r"^\| `(\w+)`[^|]*\| ([^|]+?) \| *([^|]*?) *\|", guide, re.M)}
     assert {name: rows[name] for name in KNOBS} == {
         name: (str(value), str(CHAT_DEFAULTS.get(name, ""))) for name, value in default.items()}
     assert SamplingConfig().temperature == 1.0  # the default temperature the guide explains
-    assert set(CHAT_DEFAULTS) <= set(SAMPLING_KNOBS)
-    SamplingConfig(**CHAT_DEFAULTS)  # raises if a chat default is outside its knob's range
+    assert set(CHAT_DEFAULTS) <= set(SAMPLING_KNOBS) | {"max_new_tokens"}
+    generation_config(None, None, **CHAT_DEFAULTS)  # raises if a chat default is outside its knob's range
 
 
 def test_the_chat_command_samples_with_the_chat_defaults():
     """`minillm chat` with no knob flag asks for CHAT_DEFAULTS; a flag replaces one."""
     args = build_parser().parse_args(["chat", "--model_path", "m.npz"])
-    assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig(
-        **CHAT_DEFAULTS)
+    chat = generation_config(None, MODEL, **CHAT_DEFAULTS)
+    assert generation_config(None, MODEL, **knobs_of(args)) == chat
     args = build_parser().parse_args(["chat", "--model_path", "m.npz", "--top_k", "0"])
-    assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig(
-        **dict(CHAT_DEFAULTS, top_k=None))
+    assert generation_config(None, MODEL, **knobs_of(args)) == generation_config(
+        None, MODEL, **dict(CHAT_DEFAULTS, top_k=None))
     args = build_parser().parse_args(["generate", "x"])  # generate: the model's own
     assert generation_config(None, MODEL, **knobs_of(args)).sampling == SamplingConfig()
 

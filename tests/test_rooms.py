@@ -7,7 +7,7 @@ and the standard library's do not count). The bounds are the README's, each on a
 Llama-shaped model (modern_model): one decode step of the reference (a one-token `forward` with
 a cache, then `sample_next_token` with the request's checked knobs, llama.cpp's chain) at most
 5 files and 25 functions (22 measured); a 4-token `generate` at most 8 files and 40, with the
-default knobs (37 measured) and with the chat's (40); the same decode step of the fast model
+default knobs (37 measured) and with the chat's filters (40); the same decode step of the fast model
 (`minillm.load`'s, fast.accelerate) 7 files and 31 functions, measured, held without margin.
 Options a model does not use cost it no call: a Llama-shaped model never enters Gemma's code.
 """
@@ -23,6 +23,7 @@ from minillm import fast
 from minillm.knobs import CHAT_DEFAULTS, SamplingConfig
 
 PACKAGE = Path(minillm.__file__).resolve().parent
+CHAIN = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's, the chat's filters
 
 
 def rooms(run) -> tuple[set[str], set[tuple[str, int, str]]]:
@@ -59,7 +60,7 @@ def decode_step(model):
     model.forward(np.array([[1, 2, 3, 4, 5]]), cache)  # prefill: room for 5 positions
     model.forward(np.array([[6]]), cache)  # the cache doubles its room (now 10, a step that
     # comes once per doubling of the text), so that the step counted is an ordinary one
-    sampling = SamplingConfig(**CHAT_DEFAULTS)  # per request
+    sampling = SamplingConfig(**CHAIN)  # per request
     rng = np.random.default_rng(0)
 
     def step():
@@ -87,12 +88,12 @@ def test_a_short_generation_runs_in_a_few_rooms():
 
 
 def test_a_short_generation_with_the_chat_knobs_runs_in_a_few_rooms():
-    """The chat's knobs (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) add the filters:
-    40 functions in 8 files, measured."""
+    """The chat's filters, llama.cpp's chain (temperature 0.8, top-k 40, top-p 0.95, min-p
+    0.05), add their functions: 40 in 8 files, measured."""
     model = modern_model()
-    assert CHAT_DEFAULTS == dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    assert {name: CHAT_DEFAULTS[name] for name in CHAIN} == CHAIN
     files, functions = rooms(lambda: minillm.generate(model, [1, 2, 3], max_new_tokens=4,
-                                                      seed=0, **CHAT_DEFAULTS))
+                                                      seed=0, **CHAIN))
     assert len(files) <= 8, sorted(files)
     assert len(functions) <= 40, sorted(functions)
     assert {"top_k_mask", "top_p_mask"} <= {name for _, _, name in functions}

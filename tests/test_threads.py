@@ -111,3 +111,48 @@ def test_loading_a_model_warns_when_blas_threads_outnumber_the_free_cores(monkey
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             minillm.load("weights/target.npz")  # once a process
+
+
+SETTLE = """
+import json, sys, warnings
+import threadpoolctl
+import minillm
+from minillm.fast import blas
+
+threadpoolctl.threadpool_limits(limits=2, user_api="blas")  # as NumPy starts on two cores
+blas.free_cores = lambda: 1  # another process keeps a core busy
+if sys.argv[1] == "chosen":
+    minillm.threads(2)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    minillm.load("weights/target.npz", fast=sys.argv[2] == "fast")
+    minillm.load("weights/target.npz")
+print(json.dumps([blas.blas_thread_count(), [str(w.message) for w in caught]]))
+"""
+
+
+@pytest.mark.parametrize("fast", ["fast", "reference"])
+@pytest.mark.parametrize("choice", ["none", "chosen", "environment"])
+def test_loading_a_model_settles_blas_on_one_thread_unless_the_program_chose(choice, fast):
+    """A first script (load, generate) runs one BLAS thread as the command line does, with no
+    warning; a count the program chose (minillm.threads(n), OPENBLAS_NUM_THREADS) stays, and
+    one outnumbering the free cores is warned of, once. Each in a fresh process: the choice is
+    the process's."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_THREADS")}
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    if choice == "environment":
+        env["OPENBLAS_NUM_THREADS"] = "2"
+    done = subprocess.run([sys.executable, "-c", SETTLE, choice, fast], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, warned = json.loads(done.stdout)
+    if choice == "none":
+        assert count == 1 and warned == []
+    else:
+        assert count == 2 and len(warned) == 1 and "call minillm.threads(1)" in warned[0]

@@ -187,8 +187,10 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
     """The one loader of every command: the model at `path` (see model_file).
     int8: quantize its linear weights on load (an already int8 file stays as it is).
     reference: the reference model (--reference), else the fast one unless MINILLM_FAST=0.
-    A large file shows its loading on stderr when stderr is a terminal (ProgressLine)."""
-    from ..files.npz import load, wants_fast
+    A large file shows its loading on stderr when stderr is a terminal (ProgressLine).
+    A file that is no minillm .npz (damaged, a GGUF file, a folder) is a one-line error naming
+    `flag` and saying what the file is."""
+    from ..files.npz import WeightsError, load, wants_fast
 
     file = model_file(path, flag)
     fast = False if reference else None
@@ -204,8 +206,10 @@ def load_model(path, flag="--model_path", int8=False, reference=False):
                     line.count(f"loading {name}", done, total, "arrays")
                 else:
                     line.show(f"[loading {name}: {after}]")
-        # A folder or a GGUF file: load's error says what it is and what to run.
-        model = load(file, fast=fast, progress=show)
+        try:  # a folder or a GGUF file: load's error says what it is and what to run
+            model = load(file, fast=fast, progress=show)
+        except WeightsError as error:
+            raise UsageError(f"{flag}: {error}") from None
         if int8:
             from ..quantize import quantize
 
@@ -227,8 +231,8 @@ def add_prompt_arguments(parser) -> None:
                         help="the prompt as comma-separated token ids, e.g. 1,2,3")
 
 
-def add_model_argument(parser, required: bool) -> None:
-    default = "" if required else " (default: weights/target.npz, shipped)"
+def add_model_argument(parser, required: bool, default="weights/target.npz, shipped") -> None:
+    default = "" if required else f" (default: {default})"
     parser.add_argument("--model_path", default=None, required=required,
                         metavar="PATH_OR_NAME",
                         help=f"a minillm .npz model, or the name of a fetched one "
@@ -340,8 +344,9 @@ def knobs_of(args) -> dict:
     return knobs
 
 
-def prompt_ids(args, model) -> list[int]:
-    """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids."""
+def prompt_ids(args, model, chat: bool = False) -> list[int]:
+    """The prompt as token ids, from exactly one of TEXT, --prompt and --prompt_ids.
+    chat: the text is a user's message, rendered with the model's chat template (--chat)."""
     given = [name for name, value in (("TEXT", args.text), ("--prompt", args.prompt),
                                       ("--prompt_file", args.prompt_file),
                                       ("--prompt_ids", args.prompt_ids)) if value is not None]
@@ -350,6 +355,8 @@ def prompt_ids(args, model) -> list[int]:
                          f"TEXT, --prompt_file PATH or --prompt_ids 1,2,3 (got "
                          f"{', '.join(given) or 'none'})")
     if args.prompt_ids is not None:
+        if chat:
+            raise UsageError("--chat: not with --prompt_ids; give the message as text")
         ids = parse_ids(args.prompt_ids, "--prompt_ids")
     else:
         if model.tokenizer is None:
@@ -361,7 +368,10 @@ def prompt_ids(args, model) -> list[int]:
             text = utf8(sys.stdin.buffer.read(), "TEXT: standard input")
         else:
             text = args.text if args.prompt is None else args.prompt
-        ids = list(model.tokenizer.encode(text, add_special_tokens=True))  # BOS if the file asks
+        if chat:
+            ids = user_turn(model, text, args.model_path)
+        else:
+            ids = list(model.tokenizer.encode(text, add_special_tokens=True))  # BOS if asked
     if not ids:
         raise UsageError(f"{given[0]}: empty prompt")
     vocab = model.config.vocab_size
@@ -369,6 +379,18 @@ def prompt_ids(args, model) -> list[int]:
     if bad:
         raise UsageError(f"{given[0]}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
     return ids
+
+
+def user_turn(model, text: str, name) -> list[int]:
+    """The ids of a chat's first turn: `text` as the user's message, rendered with the model's
+    chat template (its default system message, if any), the assistant's turn opened."""
+    from ..text.chat_template import chat_prompt_ids
+
+    if model.tokenizer.chat_template is None:
+        raise UsageError(f"--chat: {name or DEFAULT_MODEL.name} has no chat template; it "
+                         "continues text as it is (leave out --chat)")
+    return chat_prompt_ids(model.tokenizer, [{"role": "user", "content": text}],
+                           template_name=name)
 
 
 def read_text_file(path, flag: str) -> str:
@@ -458,15 +480,18 @@ def stop_tokens(text, model) -> list[int]:
 
 # -- printing the new text --------------------------------------------------------------
 
-def text_writer(tokenizer, out, stop_strings=(), hidden=()):
+def text_writer(tokenizer, out, stop_strings=(), hidden=(), special=False):
     """write(ids) prints tokens as they come: text through the tokenizer's incremental
     decoder (never half a UTF-8 character), or the ids themselves when there is none.
 
     The new text (new=True) is printed up to the first stop string, never into it: its end,
     while it may still grow into a stop string, waits for the next token. New tokens in
-    `hidden` (the end tokens, such as <|im_end|>) are not printed.
+    `hidden` (the end tokens, such as <|im_end|>) are not printed, and neither is any special
+    token (control tokens such as <bos>, <|im_start|>), prompt or new, unless `special`: as
+    llama.cpp prints text, and as transformers decodes it with skip_special_tokens.
     """
-    decoder = None if tokenizer is None else tokenizer.stream_decoder()
+    decoder = None if tokenizer is None else tokenizer.stream_decoder(
+        skip_special_tokens=not special)
     known = 0 if tokenizer is None else len(tokenizer)  # a model may have spare ids beyond
     pending = ""  # new text not printed yet
     stopped = False

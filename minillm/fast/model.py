@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from .blas import warn_if_oversubscribed
+from .blas import settle_threads
 from .attention import causal_attention
 from ..model import Model
 from ..quantize import QuantizedWeight, is_linear_weight
@@ -79,11 +79,12 @@ def accelerate(model: Model, own: bool = False) -> "FastModel":
     own: nothing else holds the model's parameter arrays (a model just read from a file), so
     each is let go as soon as its layout is made, and the parameters are never held twice;
     `model` is left without parameters.
-    Warns once (blas.py) when NumPy's BLAS runs more threads than there are free cores: its
-    threads would then wait on each other at every product; `minillm.threads(1)` is the cure.
+    Settles NumPy's BLAS on one thread unless the program chose a count (blas.py: many
+    threads wait on each other at every product of a small model), warning once of a choice of
+    more threads than there are free cores.
     Has the C library keep freed memory for the next temporaries (`keep_freed_memory`).
     """
-    warn_if_oversubscribed(stacklevel=3)
+    settle_threads(stacklevel=3)
     keep_freed_memory()
     params = dict(model.params)  # FastModel prepares what is not prepared yet
     if own:

@@ -3,7 +3,7 @@ checkpoints in, Hugging Face folders out; the registry of models `minillm fetch`
 
     from minillm.files import convert, export_hf, from_state_dict, load, save
     model = convert("path/to/hf_folder")                   # config.json + model.safetensors
-    model = convert("model.Q4_K_M.gguf")                   # llama, mistral, qwen2; dequantized
+    model = convert("model.Q4_K_M.gguf")                   # dequantized (gguf_config.ARCHITECTURES)
     model = from_state_dict(torch_model.state_dict(), cfg, naming="nanogpt")
     model = from_state_dict(sd, cfg, naming={"tok_emb.weight": "emb.weight", ...})
     export_hf(model, "out_dir")                            # AutoModelForCausalLM loads it

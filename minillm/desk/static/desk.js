@@ -135,10 +135,10 @@ function drawBars(answer) {
 // 1e-12 (answer.curve.floor): the ranks under it (at a low temperature most of them, down to
 // exactly 0) are not drawn, so the curve stops at the last rank above it (answer.curve.above,
 // one of the ranks sent) and a note says how many lie below. The labels are placed where they
-// cross neither the curve nor a line (place).
+// cross neither the curve nor a line (place). Each axis has its title under or beside its ticks.
 function drawCurve(answer) {
   const svg = $("#curve");
-  const W = 640, H = 240, left = 48, bottom = 24, top = 8, right = 8;
+  const W = 640, H = 260, left = 64, bottom = 44, top = 8, right = 8;
   const total = sampling.view === "total", V = answer.vocabulary;
   const floorP = answer.curve.floor;
   let ranks = answer.curve.rank, values = total ? answer.curve.total : answer.curve.p;
@@ -164,11 +164,16 @@ function drawCurve(answer) {
   line(left, top, left, H - bottom, "axis");
   for (let r = 1; r <= V; r *= 10) {
     line(x(r), H - bottom, x(r), H - bottom + 4, "axis");
-    text(x(r) - 4, H - 6, r);
+    text(x(r) - 4, H - bottom + 18, r);
   }
+  const middle = (top + H - bottom) / 2;
+  parts.push(`<text x="${(left + W - right) / 2}" y="${H - 6}" class="axis-title" ` +
+    `text-anchor="middle">rank (log scale)</text>`);
+  parts.push(`<text transform="translate(14 ${middle}) rotate(-90)" class="axis-title" ` +
+    `text-anchor="middle">${total ? "running total" : "probability (log scale)"}</text>`);
   const labels = []; // [class, text, candidate positions [x, y, anchor], ...]
   if (total) {
-    for (const v of [0, 0.5, 1]) text(8, y(v) + 4, v);
+    for (const v of [0, 0.5, 1]) text(left - 40, y(v) + 4, v);
     const p = number("#top_p"), k = number("#top_k");
     if (p < 1) {
       line(left, y(p), W - right, y(p), "cutline");
@@ -182,7 +187,9 @@ function drawCurve(answer) {
         [x(k) - 4, top + 12, "end"], [x(k) + 4, H / 2, "start"], [x(k) - 4, H / 2, "end"]]]);
     }
   } else {
-    for (let e = 0; 10 ** -e >= floor * 0.999; e += 2) text(4, y(10 ** -e) + 4, e ? `1e-${e}` : "1");
+    for (let e = 0; 10 ** -e >= floor * 0.999; e += 2) {
+      text(left - 44, y(10 ** -e) + 4, e ? `1e-${e}` : "1");
+    }
   }
   const s = answer.survivors;
   const xs = x(Math.max(s, 1));
