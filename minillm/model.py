@@ -168,13 +168,18 @@ class Model:
     # -- the pieces of forward -------------------------------------------------------------
 
     def _grow_rope(self, end: int) -> None:
-        """Extend the RoPE tables to positions < end, doubling up to the context length."""
-        cfg = self.config
-        self._rope_length = min(max(end, 2 * self._rope_length), cfg.context_length)
-        for theta, scaled in self._rope_tables:
-            cos, sin = rope_tables(self._rope_length, cfg.head_dim, theta, self.dtype,
-                                   cfg.rope_scaling if scaled else None)
-            self._rope_tables[theta, scaled] = (cos[:, None], sin[:, None])
+        """Extend the RoPE tables to positions < end, doubling up to the context length. A
+        table is never shortened (a copy of the model may share them), and _rope_length is
+        what the tables hold."""
+        cfg, length = self.config, self.config.context_length
+        for (theta, scaled), (cos, _) in list(self._rope_tables.items()):
+            if len(cos) < end:
+                cos, sin = rope_tables(min(max(end, 2 * len(cos)), cfg.context_length),
+                                       cfg.head_dim, theta, self.dtype,
+                                       cfg.rope_scaling if scaled else None)
+                self._rope_tables[theta, scaled] = (cos[:, None], sin[:, None])
+            length = min(length, len(cos))
+        self._rope_length = length
 
     def _attention(self, h, name, layer, positions, view, cache):
         cfg, w = self.config, self.params

@@ -263,3 +263,19 @@ def test_a_model_of_the_longest_context_allocates_only_what_its_text_uses(fast):
     assert np.isfinite(logits).all()
     assert peak < whole_tables / 256, f"peak {peak} bytes"
     assert {len(cos) for cos, _ in model._rope_tables.values()} == {120}  # 60, then doubled
+
+
+def test_a_copy_sharing_the_rope_tables_reads_a_longer_text_after_the_original_grew_them():
+    """copy.copy(model) shares the RoPE tables: whichever grows them, neither is left with
+    tables shorter than it believes, and each gives the logits of a fresh model."""
+    cfg = minillm.ModelConfig(arch="modern", vocab_size=32, context_length=64, d_model=16,
+                              n_layers=1, n_heads=2)
+    model = minillm.random_model(cfg, seed=0, dtype="float64")
+    tokens = np.arange(40)[None] % 32
+    model.forward(tokens[:, :4])  # tables for 4 positions
+    twin = copy.copy(model)
+    model.forward(tokens)  # the original grows the shared tables to 40
+    twin.forward(tokens[:, :5])  # the copy believes it holds 4: it must not shorten them
+    fresh = minillm.random_model(cfg, seed=0, dtype="float64").forward(tokens)
+    np.testing.assert_array_equal(model.forward(tokens), fresh)
+    np.testing.assert_array_equal(twin.forward(tokens), fresh)
