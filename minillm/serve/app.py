@@ -17,12 +17,11 @@ on this machine's loopback address, a request must name it in its Host header (4
 from __future__ import annotations
 
 import contextlib
-import json
 
 from ..plumbing.optional import require
 from . import handlers
+from .bodies import MAX_BODY_BYTES, parse
 from .errors import APIError
-from .fields import MAX_BODY_BYTES
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "[::1]"}
@@ -138,19 +137,12 @@ async def read_json(request):
         data += chunk
         if len(data) > MAX_BODY_BYTES:
             raise too_large()
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=not_a_number)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise APIError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
+    return parse(bytes(data))
 
 
 def too_large() -> APIError:
     return APIError(413, f"the body is larger than {MAX_BODY_BYTES} bytes",
                     code="request_too_large")
-
-
-def not_a_number(name):
-    raise ValueError(f"{name} is not a JSON number")
 
 
 async def until_disconnected(request, work):

@@ -12,6 +12,10 @@ fault of the server itself. Every refusal comes before any work, and the server 
 """
 from __future__ import annotations
 
+import re
+
+SURROGATE = re.compile("[\ud800-\udfff]")  # no character: text holding one is not UTF-8
+
 TYPES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
          413: "invalid_request_error", 422: "invalid_request_error", 500: "server_error"}
 
@@ -21,12 +25,18 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None):
+        message, param = plain(message), param and plain(param)  # a client's text, quoted
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": TYPES.get(self.status, "error"),
                           "param": self.param, "code": self.code}}
+
+
+def plain(text: str) -> str:
+    """`text` with every lone surrogate written as its escape, so that it can be sent back."""
+    return SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def bad_value(param: str, message: str, code: str | None = None) -> APIError:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..knobs import generation_config
+from .bodies import MAX_BODY_BYTES  # noqa: F401 (the server's bounds, all named here)
 from .errors import APIError, bad_shape, bad_value
+from .messages import chat_messages
 
-MAX_BODY_BYTES = 1 << 20  # 1 MiB: the longest prompt of any context and its knobs
 MAX_TOKENS = 4096  # max_tokens per choice (and the prompt and they must fit the context)
 MAX_CHOICES = 16  # n, times the prompts of one completions request
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound of top_logprobs
@@ -42,6 +43,11 @@ CHAT = {**COMMON, "messages": "array", "logprobs": "boolean", "top_logprobs": "i
         "max_completion_tokens": "integer", "tools": "array", "tool_choice": "any",
         "response_format": "object", "parallel_tool_calls": "boolean", "store": "boolean",
         "metadata": "object", "service_tier": "string"}
+# The server's bounds of the knobs, within the library's ranges (minillm.knobs): OpenAI's for
+# its own fields; top_k at most the vocabulary and penalty_window the context (None: that bound).
+SERVER_BOUNDS = {"temperature": (0, 2), "top_p": (0, 1), "min_p": (0, 1),
+                 "frequency_penalty": (-2, 2), "presence_penalty": (-2, 2),
+                 "repetition_penalty": (0, 2), "top_k": (0, None), "penalty_window": (1, None)}
 # OpenAI's fields minillm does not do: taken only at the value that asks for nothing.
 UNSUPPORTED = {"logit_bias": lambda v: not v, "suffix": lambda v: not v,
                "tools": lambda v: not v, "tool_choice": lambda v: v == "none",
@@ -90,7 +96,7 @@ def chat_plan(body, model, names, tokenizer) -> Plan:
     from ..text.chat_template import chat_prompt_ids
 
     body = fields(body, CHAT, ("model", "messages"), names)
-    messages = chat_messages(body["messages"])
+    messages = chat_messages(body["messages"], tokenizer.chat_template)
     if tokenizer.chat_template is None:
         raise bad_value("messages", "this model has no chat template; give the server one "
                                     "(minillm serve --template FILE), or use /v1/completions")
@@ -170,16 +176,27 @@ def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=F
     if options is not None and (not body.get("stream") or set(options) - {"include_usage"}):
         raise bad_value("stream_options", "only {\"include_usage\": bool}, with stream: true")
     knobs = {name: body[name] for name in KNOBS if name in body}
+    within_bounds(knobs, model.config)
     knobs["stop_strings"] = stop_strings(body.get("stop"))
     knobs["stop_tokens"] = tuple(end_tokens)
     try:
         generation_config(None, model, max_new_tokens=max(max_tokens), seed=seed, **knobs)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         name, _, rest = str(e).partition(":")
         param = LIBRARY_NAMES.get(name, name)
         raise bad_value(param, rest.strip()) from None
     return Plan(prompts, max_tokens, n, knobs, seed, top, echo, bool(body.get("stream")),
                 bool((options or {}).get("include_usage")))
+
+
+def within_bounds(knobs: dict, config) -> None:
+    """Each knob within SERVER_BOUNDS (the library then checks its own range)."""
+    tops = {"top_k": config.vocab_size, "penalty_window": config.context_length}
+    for name, value in knobs.items():
+        low, high = SERVER_BOUNDS[name]
+        high = tops.get(name, high) if high is None else high
+        if not low <= value <= high:
+            raise bad_value(name, f"must be in [{low}, {high}] on this server, got {value}")
 
 
 def stop_strings(stop) -> tuple[str, ...]:
@@ -212,27 +229,4 @@ def completion_prompts(prompt, model) -> list[list[int]]:
         if not ids or not all(0 <= t < vocab for t in ids):
             raise bad_value("prompt", f"empty, or a token id outside [0, {vocab})")
         out.append(ids)
-    return out
-
-
-def chat_messages(messages) -> list[dict]:
-    """[{"role", "content"}]: the content a string, or a list of text parts joined."""
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
-                or set(m) - {"role", "content", "name"}:
-            raise bad_shape("messages", "each message must be an object with a string role "
-                                        "and a content (and optionally a name)")
-        content = m.get("content")
-        if isinstance(content, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text"
-                       and isinstance(p.get("text"), str) for p in content):
-                raise bad_value("messages", "only text parts ({\"type\": \"text\", \"text\": "
-                                            "...}) are supported")
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise bad_shape("messages", "a message's content must be a string or text parts")
-        out.append({"role": m["role"], "content": content})
-    if not out:
-        raise bad_value("messages", "empty; give at least one message")
     return out
