@@ -17,6 +17,7 @@ on this machine's loopback address, a request must name it in its Host header (4
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ..plumbing.optional import require
 from . import handlers
@@ -25,9 +26,16 @@ from .errors import APIError
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "[::1]"}
+READ_TIMEOUT = 30  # seconds a request's body may take to arrive (--read_timeout)
+log = logging.getLogger("uvicorn.error")  # uvicorn's own log: one line where it says its own
 
 
-def make_app(service: handlers.Service, loopback_only: bool = True):
+class Gone(Exception):
+    """The client went away before its body had arrived."""
+
+
+def make_app(service: handlers.Service, loopback_only: bool = True,
+             read_timeout: float = READ_TIMEOUT):
     """The ASGI application serving `service`; its lifespan starts and stops the loop.
     loopback_only: refuse a request whose Host header is not this machine's own name (a page
     elsewhere that renames itself 127.0.0.1 cannot reach a local server: DNS rebinding)."""
@@ -47,13 +55,18 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
                 await self.body_iterator.aclose()
 
     def error(e: APIError):
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     async def post(request, handler):
         try:
-            reply = await until_disconnected(request, handler(service, await read_json(request)))
+            body = await read_json(request, read_timeout)
+            reply = await until_disconnected(request, handler(service, body))
         except APIError as e:
             return error(e)
+        except Gone:
+            log.info("%s %s: the client left before its body had arrived", request.method,
+                     request.url.path)
+            return Response(status_code=499)
         if reply is None:  # the client is gone: nobody reads this
             return Response(status_code=499)
         if isinstance(reply, dict):
@@ -127,16 +140,27 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
     return guarded
 
 
-async def read_json(request):
-    """The body as JSON, read no further than MAX_BODY_BYTES."""
+async def read_json(request, timeout: float):
+    """The body as JSON, read no further than MAX_BODY_BYTES and for no longer than `timeout`
+    seconds (a 408 then, and the connection closed); Gone if the client leaves meanwhile."""
+    import anyio
+    from starlette.requests import ClientDisconnect
+
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_large()
     data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > MAX_BODY_BYTES:
-            raise too_large()
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > MAX_BODY_BYTES:
+                    raise too_large()
+    except TimeoutError:
+        raise APIError(408, f"the body did not arrive within {timeout:g} s",
+                       code="request_timeout", headers={"Connection": "close"}) from None
+    except ClientDisconnect:
+        raise Gone() from None
     return parse(bytes(data))
 
 

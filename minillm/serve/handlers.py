@@ -75,12 +75,36 @@ async def chat_completions(service: Service, body):
     return await answer(Run(service, plan, chat=True))
 
 
+RETRY_AFTER = 1  # seconds a refused client is told to wait: a step or two of the engine
+
+
 async def answer(run):
+    """The run's reply (or its stream of events), its requests given to the loop now, unless
+    the waiting queue is full (429)."""
     if run.plan.echo and run.plan.logprobs is not None:
         model, k = run.service.model, run.plan.logprobs
         run.prompt_scores = await run.service.call(
             lambda: [prompt_scores(model, p, k) for p in run.plan.prompts])
-    return run.stream() if run.plan.stream else await run.whole()
+    if not run.service.loop.has_room(len(run.ticket.choices)):  # then given, with no await
+        raise APIError(429, f"the server has {run.service.loop.max_waiting} requests waiting "
+                            "already; retry later", code="too_many_requests",
+                       headers={"Retry-After": str(RETRY_AFTER)})
+    run.start()
+    return Events(run) if run.plan.stream else await run.whole()
+
+
+class Events:
+    """A run's server-sent events; closing them, even before the first, cancels the run."""
+
+    def __init__(self, run):
+        self.run, self.events = run, run.stream()
+
+    def __aiter__(self):
+        return self.events
+
+    async def aclose(self):
+        await self.events.aclose()
+        self.run.close()
 
 
 class Update(NamedTuple):
@@ -180,7 +204,6 @@ class Run:
             echo, scores = self.echoed(i)
             texts.append(echo)
             entries.append(scores)
-        self.start()
         try:
             while self.left:
                 update = await self.next()
@@ -197,7 +220,6 @@ class Run:
 
     async def stream(self):
         try:
-            self.start()
             for i in range(len(self.texts)):
                 echo, scores = self.echoed(i)
                 if self.chat:

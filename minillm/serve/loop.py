@@ -9,6 +9,7 @@ and calls (work on the model that must not run beside a step: the stats, a promp
 So every request that arrives while others run joins the running batch at the next step.
 
     loop = EngineLoop(Engine(model)); loop.start()
+    loop.has_room(n)           # from any thread: n more requests keep the queue within bound
     loop.submit(ticket)        # from any thread
     loop.cancel(ticket)        # idem; a finished or unknown ticket is ignored
     loop.call(fn, done)        # done(result, error) with fn's result, run between two steps
@@ -54,12 +55,18 @@ class Ticket:
 
 
 class EngineLoop:
-    def __init__(self, engine):
-        self.engine = engine
+    """max_waiting: the engine requests that may wait (submitted, not yet running) before
+    has_room says no; None: no bound."""
+
+    def __init__(self, engine, max_waiting: int | None = None):
+        self.engine, self.max_waiting = engine, max_waiting
+        self.lock = threading.Lock()
+        self.submitted = 0  # engine requests in the inbox, not yet added (under the lock)
+        self.waiting = 0  # the engine's waiting requests after the last step or inbox read
         self.inbox = queue.SimpleQueue()
         self.wakeup = threading.Condition()
         self.owners = {}  # engine id -> (ticket, choice index), until it finishes
-        self.counts = {"requests": 0, "finished": 0, "aborted": 0, "errors": 0}
+        self.counts = {"requests": 0, "finished": 0, "aborted": 0, "errors": 0, "refused": 0}
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name="minillm-engine", daemon=True)
 
@@ -75,7 +82,19 @@ class EngineLoop:
     def alive(self) -> bool:
         return self.thread.is_alive() and not self.stopping
 
+    def has_room(self, n: int) -> bool:
+        """Whether n more engine requests may wait: the waiting ones and n stay within
+        max_waiting, or none waits (so a request of n choices past the bound still runs
+        alone). No counts a refusal."""
+        with self.lock:
+            waiting = self.submitted + self.waiting
+            room = self.max_waiting is None or not waiting or waiting + n <= self.max_waiting
+            self.counts["refused"] += not room
+        return room
+
     def submit(self, ticket: Ticket) -> None:
+        with self.lock:
+            self.submitted += len(ticket.choices)
         self.send(("submit", ticket))
 
     def cancel(self, ticket: Ticket) -> None:
@@ -99,6 +118,7 @@ class EngineLoop:
             self.read_inbox()
             if self.engine.has_unfinished() and not self.stopping:
                 self.step()
+                self.waiting = len(self.engine.scheduler.waiting)
         for ticket, _ in list(self.owners.values()):
             self.fail(ticket, "the server is shutting down")
 
@@ -107,6 +127,9 @@ class EngineLoop:
             kind, *rest = self.inbox.get()
             if kind == "submit":
                 self.add(rest[0])
+                with self.lock:
+                    self.submitted -= len(rest[0].choices)
+                    self.waiting = len(self.engine.scheduler.waiting)
             elif kind == "cancel":
                 self.abort(rest[0], counted=True)
             elif kind == "call":
