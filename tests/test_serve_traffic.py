@@ -139,3 +139,55 @@ def test_a_client_that_leaves_mid_body_logs_one_line(model):
     finally:
         logger.removeHandler(lines)
         server.stop()
+
+
+# -- tokenizing: bounded before it starts, O(n log n) merging ---------------------------------
+
+def pairwise_merge(symbols, merges):
+    """Byte-level BPE's rule as written: join every occurrence of the lowest-ranked adjacent
+    pair, left to right, and again (quadratic in a word's length: the reference)."""
+    while len(symbols) > 1:
+        found = [merges.find(a, b) for a, b in zip(symbols, symbols[1:])]
+        best = min(found)
+        if best == merges.nothing:
+            return symbols
+        pair, i, out = symbols[found.index(best)], 0, []
+        pair = (pair, symbols[found.index(best) + 1])
+        while i < len(symbols):
+            if tuple(symbols[i:i + 2]) == pair:
+                out.append(best % (1 << 32))
+                i += 2
+            else:
+                out.append(symbols[i])
+                i += 1
+        symbols = out
+    return symbols
+
+
+def test_the_heap_merge_equals_the_pairwise_rule_on_long_words(model):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from minillm.text.bpe import merge_word
+
+    merges = model.tokenizer.ranks  # the shipped byte-level BPE's MergeTable
+    byte_symbols = merges.byte_symbols()
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.text(alphabet="aeht ns\n.é", min_size=1, max_size=400))
+    def check(word):
+        symbols = [byte_symbols[b] for b in word.encode() if byte_symbols[b] is not None]
+        assert merge_word(symbols, merges) == pairwise_merge(symbols, merges)
+    check()
+
+
+def test_a_text_past_what_the_context_can_hold_is_refused_before_tokenizing(model):
+    server = start(model, name="target")
+    try:
+        longest = server.service.longest
+        prompt = "x" * (longest * model.config.context_length + 1)
+        r = httpx.post(server.url + "/v1/completions", json=body(prompt), timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert "at least" in r.json()["error"]["message"]
+    finally:
+        server.stop()

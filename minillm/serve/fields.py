@@ -77,10 +77,10 @@ class Plan:
                 yield p, dict(self.knobs, max_new_tokens=max_tokens, seed=seed)
 
 
-def completion_plan(body, model, names) -> Plan:
-    """The Plan of a /v1/completions body."""
+def completion_plan(body, model, names, longest: int) -> Plan:
+    """The Plan of a /v1/completions body (`longest`: the most bytes a token stands for)."""
     body = fields(body, COMPLETION, ("model", "prompt"), names)
-    prompts = completion_prompts(body["prompt"], model)
+    prompts = completion_prompts(body["prompt"], model, longest)
     top = body.get("logprobs")
     if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
         raise bad_value("logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top}")
@@ -91,12 +91,14 @@ def completion_plan(body, model, names) -> Plan:
                 model.tokenizer.eos_token_ids, echo=bool(body.get("echo")))
 
 
-def chat_plan(body, model, names, tokenizer) -> Plan:
+def chat_plan(body, model, names, tokenizer, longest: int) -> Plan:
     """The Plan of a /v1/chat/completions body, the messages rendered with the chat template."""
     from ..text.chat_template import chat_prompt_ids
 
     body = fields(body, CHAT, ("model", "messages"), names)
     messages = chat_messages(body["messages"], tokenizer.chat_template)
+    within_context(sum(len(m["content"].encode("utf-8")) for m in messages), longest, model,
+                   "messages")
     if tokenizer.chat_template is None:
         raise bad_value("messages", "this model has no chat template; give the server one "
                                     "(minillm serve --template FILE), or use /v1/completions")
@@ -208,7 +210,17 @@ def stop_strings(stop) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def completion_prompts(prompt, model) -> list[list[int]]:
+def within_context(text_bytes: int, longest: int, model, param: str) -> None:
+    """Refuse, before tokenizing, a text of more bytes than the context's tokens can stand for
+    (tokens.py: at least text_bytes / longest tokens)."""
+    context = model.config.context_length
+    if text_bytes > longest * context:
+        raise bad_value(param, f"{text_bytes} bytes of text, so at least "
+                               f"{-(-text_bytes // longest)} tokens; this model's context is "
+                               f"{context} tokens", "context_length_exceeded")
+
+
+def completion_prompts(prompt, model, longest: int) -> list[list[int]]:
     """A prompt as OpenAI takes it: a text, token ids, or a list of either."""
     single = isinstance(prompt, str) or (isinstance(prompt, list) and prompt
                                          and all(KINDS["integer"](t) for t in prompt))
@@ -219,6 +231,7 @@ def completion_prompts(prompt, model) -> list[list[int]]:
     out = []
     for p in prompts:
         if isinstance(p, str):
+            within_context(len(p.encode("utf-8")), longest, model, "prompt")
             ids = list(model.tokenizer.encode(p, add_special_tokens=True))
         elif isinstance(p, list) and all(KINDS["integer"](t) for t in p):
             ids = p

@@ -3,9 +3,9 @@
     service = Service(model, "target", loop)
     reply = await completions(service, body)   # a dict, or (stream) an async iterator of events
 
-A request's body is checked first (fields.py; in a worker thread, since tokenizing a long
-prompt must not hold up the other requests). Its choices become one Ticket (loop.py) whose
-outputs come back through an asyncio queue of its own: the engine's thread puts each event
+A request's body is checked first (fields.py; a long one on the tokenizing pool, since
+tokenizing a long prompt must not hold up the other requests: tokens.py). Its choices become
+one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the engine's thread puts each event
 there with `call_soon_threadsafe`, and the handler reads them in order, decoding each choice's
 text (text.py). Whoever stops reading early (a client gone: its task is cancelled) cancels
 the ticket on the way out, so its requests are aborted and their blocks freed.
@@ -23,6 +23,7 @@ from .fields import chat_plan, completion_plan
 from .loop import Choice, Ticket
 from .scores import Scorer, prompt_scores
 from .text import ChoiceText
+from .tokens import Tokenizing, longest_token_bytes
 
 
 @dataclass
@@ -39,6 +40,9 @@ class Service:
     def __post_init__(self):
         if self.chat_tokenizer is None:
             self.chat_tokenizer = self.model.tokenizer
+        self.tokenizing = Tokenizing()
+        self.longest = max(map(longest_token_bytes, (self.model.tokenizer,
+                                                      self.chat_tokenizer)))
 
     async def call(self, fn):
         """fn() run on the engine's thread between two steps; its result."""
@@ -65,13 +69,14 @@ async def stats(service: Service) -> dict:
 
 
 async def completions(service: Service, body):
-    plan = await asyncio.to_thread(completion_plan, body, service.model, [service.name])
+    plan = await service.tokenizing.run(completion_plan, body, service.model, [service.name],
+                                        service.longest)
     return await answer(Run(service, plan, chat=False))
 
 
 async def chat_completions(service: Service, body):
-    plan = await asyncio.to_thread(chat_plan, body, service.model, [service.name],
-                                   service.chat_tokenizer)
+    plan = await service.tokenizing.run(chat_plan, body, service.model, [service.name],
+                                        service.chat_tokenizer, service.longest)
     return await answer(Run(service, plan, chat=True))
 
 
