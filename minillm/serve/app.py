@@ -5,6 +5,9 @@
     GET  /v1/models/{name}       that model, or 404
     POST /v1/completions         a prompt (text or token ids), completed
     POST /v1/chat/completions    messages, rendered with the model's chat template, answered
+    POST /tokenize               {content, add_special, with_pieces} -> {tokens} (llama-server)
+    POST /detokenize             {tokens} -> {content}
+    GET  /metrics                Prometheus' text format (metrics.py)
     GET  /debug/stats            the engine's counts and blocks, and the loop's requests
 
 Starlette is imported when the application is made, never by the rest of minillm; without
@@ -42,7 +45,8 @@ def make_app(service: handlers.Service, loopback_only: bool = True,
     require("starlette", "serve", "minillm serve")
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import (JSONResponse, PlainTextResponse, Response,
+                                     StreamingResponse)
     from starlette.routing import Route
 
     class EventStream(StreamingResponse):
@@ -79,6 +83,19 @@ def make_app(service: handlers.Service, loopback_only: bool = True,
 
     async def chat_completions(request):
         return await post(request, handlers.chat_completions)
+
+    async def tokenize(request):
+        return await post(request, handlers.tokenize)
+
+    async def detokenize(request):
+        return await post(request, handlers.detokenize)
+
+    async def metrics(request):
+        try:
+            text = await handlers.metrics(service)
+        except APIError as e:
+            return error(e)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(request):
         return JSONResponse(handlers.models(service))
@@ -123,6 +140,9 @@ def make_app(service: handlers.Service, loopback_only: bool = True,
         Route("/v1/models/{name:path}", model),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/metrics", metrics),
         Route("/debug/stats", stats),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -24,6 +24,8 @@ MAX_CHOICES = 16  # n, times the prompts of one completions request
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound of top_logprobs
 MAX_STOP = 4  # stop strings, as OpenAI
 MAX_STOP_CHARS = 256  # the longest stop string
+MAX_BIAS = 100  # a logit_bias value's bound, as OpenAI's
+MAX_BIASED = 300  # tokens one logit_bias may name
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 KINDS = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -36,7 +38,7 @@ KNOBS = {"temperature": "number", "top_p": "number", "frequency_penalty": "numbe
          "repetition_penalty": "number", "penalty_window": "integer"}
 COMMON = {"model": "string", "max_tokens": "integer", "seed": "integer", "stop": "stop",
           "n": "integer", "stream": "boolean", "stream_options": "object", "user": "string",
-          "logit_bias": "object", **KNOBS}
+          "logit_bias": "object", "ignore_eos": "boolean", "min_tokens": "integer", **KNOBS}
 COMPLETION = {**COMMON, "prompt": "any", "echo": "boolean", "logprobs": "integer",
               "suffix": "string", "best_of": "integer"}
 CHAT = {**COMMON, "messages": "array", "logprobs": "boolean", "top_logprobs": "integer",
@@ -49,10 +51,11 @@ SERVER_BOUNDS = {"temperature": (0, 2), "top_p": (0, 1), "min_p": (0, 1),
                  "frequency_penalty": (-2, 2), "presence_penalty": (-2, 2),
                  "repetition_penalty": (0, 2), "top_k": (0, None), "penalty_window": (1, None)}
 # OpenAI's fields minillm does not do: taken only at the value that asks for nothing.
-UNSUPPORTED = {"logit_bias": lambda v: not v, "suffix": lambda v: not v,
+UNSUPPORTED = {"suffix": lambda v: not v,
                "tools": lambda v: not v, "tool_choice": lambda v: v == "none",
                "response_format": lambda v: v.get("type") == "text"}
 LIBRARY_NAMES = {"max_new_tokens": "max_tokens", "stop_strings": "stop"}
+STREAM_OPTIONS = ("include_usage", "continuous_usage_stats")  # booleans
 
 
 @dataclass
@@ -68,6 +71,14 @@ class Plan:
     echo: bool = False
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # usage in every chunk of a stream
+    logit_bias: dict = None  # {token id: added to its logit}
+    min_tokens: int = 0  # the end tokens cannot come before this many new tokens
+
+    @property
+    def scoring_only(self) -> bool:
+        """echo with max_tokens 0: the prompt and its scores, nothing generated."""
+        return max(self.max_tokens) == 0
 
     def choices(self):
         """(prompt index, knobs of add_request) for every choice, in the order of `index`."""
@@ -162,8 +173,9 @@ def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=F
                                    "tokens, and at least one new token must fit",
                             "context_length_exceeded")
     asked = body.get("max_tokens")
-    if asked is not None and not 1 <= asked <= MAX_TOKENS:
-        raise bad_value("max_tokens", f"must be an integer in [1, {MAX_TOKENS}], got {asked}")
+    if asked is not None and not int(not echo) <= asked <= MAX_TOKENS:  # 0: echo's scores only
+        raise bad_value("max_tokens", f"must be an integer in [1, {MAX_TOKENS}] (0 with echo), "
+                                      f"got {asked}")
     max_tokens = [min(default_tokens, context - len(p)) if asked is None else asked
                   for p in prompts]
     for prompt, tokens in zip(prompts, max_tokens):
@@ -175,20 +187,40 @@ def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=F
     if seed is not None and not 0 <= seed < 2 ** 63 - MAX_CHOICES:
         raise bad_value("seed", f"must be an integer in [0, 2**63 - {MAX_CHOICES}), got {seed}")
     options = body.get("stream_options")
-    if options is not None and (not body.get("stream") or set(options) - {"include_usage"}):
-        raise bad_value("stream_options", "only {\"include_usage\": bool}, with stream: true")
+    if options is not None and (not body.get("stream") or set(options) - set(STREAM_OPTIONS)
+                                or not all(isinstance(v, bool) for v in options.values())):
+        raise bad_value("stream_options", f"only {STREAM_OPTIONS}, with stream: true")
     knobs = {name: body[name] for name in KNOBS if name in body}
     within_bounds(knobs, model.config)
     knobs["stop_strings"] = stop_strings(body.get("stop"))
-    knobs["stop_tokens"] = tuple(end_tokens)
+    knobs["stop_tokens"] = () if body.get("ignore_eos") else tuple(end_tokens)
+    min_tokens = body.get("min_tokens", 0)
+    if not 0 <= min_tokens <= min(max_tokens):
+        raise bad_value("min_tokens", f"must be an integer in [0, max_tokens], got {min_tokens}")
     try:
         generation_config(None, model, max_new_tokens=max(max_tokens), seed=seed, **knobs)
     except (ValueError, OverflowError) as e:
         name, _, rest = str(e).partition(":")
         param = LIBRARY_NAMES.get(name, name)
         raise bad_value(param, rest.strip()) from None
+    options = options or {}
     return Plan(prompts, max_tokens, n, knobs, seed, top, echo, bool(body.get("stream")),
-                bool((options or {}).get("include_usage")))
+                options.get("include_usage", False), options.get("continuous_usage_stats", False),
+                logit_bias(body.get("logit_bias"), model.config.vocab_size), min_tokens)
+
+
+def logit_bias(bias, vocab: int) -> dict[int, float]:
+    """{"token id": bias} as OpenAI writes it: ids in the vocabulary, biases in +-MAX_BIAS."""
+    out = {}
+    for key, value in (bias or {}).items():
+        if not (key.isdigit() and int(key) < vocab) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or not -MAX_BIAS <= value <= MAX_BIAS:
+            raise bad_value("logit_bias", f"{{token id in [0, {vocab}): a number in "
+                                          f"[-{MAX_BIAS}, {MAX_BIAS}]}}, got {key!r}: {value!r}")
+        out[int(key)] = float(value)
+    if len(out) > MAX_BIASED:
+        raise bad_value("logit_bias", f"at most {MAX_BIASED} tokens, got {len(out)}")
+    return out
 
 
 def within_bounds(knobs: dict, config) -> None:

@@ -24,25 +24,27 @@ from typing import Callable, NamedTuple
 
 
 class Event(NamedTuple):
-    """What a ticket receives: an Output of choice `choice` with its top log-probabilities
-    (None unless asked), or an error that ends the ticket."""
+    """What a ticket receives: an Output of choice `choice` (its `top` entries as asked) and
+    how many of its prompt's positions were found in the prefix cache, or an error that ends
+    the ticket."""
 
     choice: int
     output: object = None  # minillm.serving.Output
-    top: list | None = None
+    cached: int = 0
     error: str | None = None
     status: int = 500  # the error's: 400 a request the engine refused, 500 a fault
 
 
 @dataclass
 class Choice:
-    """One engine request of a ticket: the prompt, the knobs of add_request, and a Scorer when
-    the top log-probabilities are asked (scores.py)."""
+    """One engine request of a ticket: the prompt, the knobs of add_request, and what the
+    engine is asked beside them (logprobs True or "raw", top_logprobs, process: Request)."""
 
     prompt: list[int]
     knobs: dict
-    logprobs: bool = False
-    scorer: object = None
+    logprobs: bool | str = False
+    top_logprobs: int = 0
+    process: object = None
 
 
 @dataclass
@@ -119,7 +121,7 @@ class EngineLoop:
             if self.engine.has_unfinished() and not self.stopping:
                 self.step()
                 self.waiting = len(self.engine.scheduler.waiting)
-        for ticket, _ in list(self.owners.values()):
+        for ticket, _, _ in list(self.owners.values()):
             self.fail(ticket, "the server is shutting down")
 
     def read_inbox(self) -> None:
@@ -146,13 +148,14 @@ class EngineLoop:
     def add(self, ticket: Ticket) -> None:
         for i, choice in enumerate(ticket.choices):
             try:
-                rid = self.engine.add_request(choice.prompt, logprobs=choice.logprobs,
-                                              **choice.knobs)
+                rid = self.engine.add_request(
+                    choice.prompt, logprobs=choice.logprobs, top_logprobs=choice.top_logprobs,
+                    process=choice.process, **choice.knobs)
             except Exception as e:  # the handler checked the request: rarely here
                 self.fail(ticket, str(e), i, status=400)
                 return
             ticket.ids.append(rid)
-            self.owners[rid] = (ticket, i)
+            self.owners[rid] = (ticket, i, self.engine.requests[rid])
             self.counts["requests"] += 1
 
     def abort(self, ticket: Ticket, counted: bool = False) -> None:
@@ -170,24 +173,18 @@ class EngineLoop:
         try:
             outputs = self.engine.step()
         except Exception as e:  # a fault of the engine: its requests fail, the server goes on
-            for ticket in {id(t): t for t, _ in self.owners.values()}.values():
+            for ticket in {id(t): t for t, _, _ in self.owners.values()}.values():
                 self.fail(ticket, f"the engine failed: {type(e).__name__}: {e}")
             return
         for out in outputs:
             owner = self.owners.get(out.request_id)
             if owner is None:
                 continue
-            ticket, i = owner
-            scorer = ticket.choices[i].scorer
-            try:
-                top = None if scorer is None or out.token is None else scorer.top(out.token)
-            except Exception as e:
-                self.fail(ticket, f"scoring failed: {type(e).__name__}: {e}")
-                continue
+            ticket, i, request = owner
             if out.finished:
                 del self.owners[out.request_id]
                 self.counts["finished"] += 1
-            ticket.deliver(Event(i, out, top))
+            ticket.deliver(Event(i, out, request.cached_tokens))
 
     def stats(self) -> dict:
         """The engine's counts and the loop's (call it through `call`, between two steps)."""

@@ -23,18 +23,25 @@ from .loop import EngineLoop
 
 
 MAX_WAITING = 128  # engine requests that may wait before a 429 (--max_waiting)
+MAX_PREFILL_TOKENS = None  # prompt tokens a step reads beside decoding rows (docs/SERVE.md)
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 HEADER_TIMEOUT = 10  # seconds
 
 
 def service_for(model, name: str, chat_tokenizer=None, max_waiting: int | None = MAX_WAITING,
-                **engine) -> Service:
+                logprobs_mode: str = "processed_logprobs", **engine) -> Service:
     """The model, under `name`, behind a new Engine (its options: `engine`) and its loop, which
-    lets at most `max_waiting` engine requests wait (None: no bound)."""
+    lets at most `max_waiting` engine requests wait (None: no bound); logprobs_mode:
+    "processed_logprobs" (the distribution drawn from) or "raw_logprobs" (the model's own)."""
     if model.tokenizer is None:
         raise ValueError("--model_path: the server needs a model with a tokenizer (its text "
                          "in and out)")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode: one of {', '.join(LOGPROBS_MODES)}, got "
+                         f"{logprobs_mode!r}")
+    engine.setdefault("max_prefill_tokens", MAX_PREFILL_TOKENS)
     return Service(model, name, EngineLoop(Engine(model, **engine), max_waiting),
-                   chat_tokenizer)
+                   chat_tokenizer, logprobs_mode)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -113,9 +120,11 @@ class Running:
 def start(model, name: str = "minillm", host: str = "127.0.0.1", port: int = 0,
           chat_tokenizer=None, log_level: str = "warning", timeout: float = 30,
           max_waiting: int | None = MAX_WAITING, read_timeout: float = READ_TIMEOUT,
-          header_timeout: float = HEADER_TIMEOUT, **engine) -> Running:
+          header_timeout: float = HEADER_TIMEOUT, logprobs_mode: str = "processed_logprobs",
+          **engine) -> Running:
     """Serve `model` from a thread of this process; returns once it listens."""
-    running = Running(service_for(model, name, chat_tokenizer, max_waiting, **engine), host,
+    running = Running(service_for(model, name, chat_tokenizer, max_waiting, logprobs_mode,
+                                  **engine), host,
                       port, log_level, read_timeout=read_timeout, header_timeout=header_timeout)
     running.thread.start()
     running.wait_started(timeout)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+from .errors import bad_shape, bad_value
+
 INLINE_BYTES = 4096  # texts of a body up to this size are tokenized on the event loop
 TOKENIZER_THREADS = 2
 
@@ -53,3 +55,48 @@ class Tokenizing:
         if text_bytes(body) <= INLINE_BYTES:
             return fn(body, *args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, body, *args)
+
+
+# -- POST /tokenize and /detokenize, as llama-server answers them ------------------------------
+
+def tokenize(body, tokenizer) -> dict:
+    """{content, add_special (false), with_pieces (false)} -> {"tokens": [id, ...]}, or with
+    pieces [{"id", "piece"}]: the piece a string, or its bytes where they are not UTF-8."""
+    body = checked(body, {"content": str, "add_special": bool, "with_pieces": bool},
+                   "content")
+    special = body.get("add_special", False)
+    ids = [int(t) for t in tokenizer.encode(body["content"], add_special_tokens=special)]
+    if not body.get("with_pieces"):
+        return {"tokens": ids}
+    return {"tokens": [{"id": t, "piece": piece(tokenizer.token_bytes(t))} for t in ids]}
+
+
+def piece(data: bytes):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+def detokenize(body, tokenizer, vocab: int) -> dict:
+    """{tokens: [id, ...]} -> {"content": their text} (special tokens' text included)."""
+    tokens = checked(body, {"tokens": list}, "tokens")["tokens"]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(tokenizer)
+               for t in tokens):
+        raise bad_value("tokens", f"must be token ids in [0, {len(tokenizer)})")
+    return {"content": tokenizer.decode(tokens)}
+
+
+def checked(body, kinds: dict, required: str) -> dict:
+    """The body's fields, each of its kind (422 else), `required` present."""
+    if not isinstance(body, dict):
+        raise bad_shape(None, f"the body must be a JSON object, got {type(body).__name__}")
+    for name, value in body.items():
+        if name not in kinds:
+            raise bad_shape(name, f"unknown field; the fields are {', '.join(kinds)}")
+        if value is not None and (not isinstance(value, kinds[name])
+                                  or isinstance(value, bool) != (kinds[name] is bool)):
+            raise bad_shape(name, f"must be {kinds[name].__name__}")
+    if body.get(required) is None:
+        raise bad_shape(required, "missing")
+    return {name: value for name, value in body.items() if value is not None}
