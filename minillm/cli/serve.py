@@ -41,6 +41,14 @@ def add_arguments(parser) -> None:
                              "place of the model's own")
     parser.add_argument("--max_batch_tokens", type=int, default=512, metavar="N",
                         help="the engine's budget of tokens computed in one step (default 512)")
+    parser.add_argument("--max_prefill_tokens", type=int, default=None, metavar="N",
+                        help="of those, the prompt tokens a step reads beside decoding rows, so "
+                             "that no stream waits long for the next token (default: "
+                             "docs/SERVE.md's measured choice)")
+    parser.add_argument("--logprobs_mode", choices=("processed_logprobs", "raw_logprobs"),
+                        default="processed_logprobs",
+                        help="logprobs of the distribution drawn from (default), or of the "
+                             "model's own logits (raw_logprobs: at temperature 0 too)")
     parser.add_argument("--max_waiting", type=int, default=MAX_WAITING, metavar="N",
                         help="engine requests (a request's n choices count n) that may wait "
                              f"to run; past them a 429 with Retry-After (default {MAX_WAITING})")
@@ -61,8 +69,8 @@ def run(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
-    for flag in ("max_batch_tokens", "max_waiting"):
-        if getattr(args, flag) < 1:
+    for flag in ("max_batch_tokens", "max_waiting", "max_prefill_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UsageError(f"--{flag}: must be at least 1, got {getattr(args, flag)}")
     if not 0 < args.read_timeout < float("inf"):
         raise UsageError(f"--read_timeout: must be a number of seconds > 0, got "
@@ -74,8 +82,10 @@ def run(args) -> int:
         raise UsageError("--model_path: the server needs a model with a tokenizer")
     chat = None if template is None else model.tokenizer.with_chat_template(template)
     name = args.name or model_name(args.model_path)
-    service = service_for(model, name, chat, args.max_waiting,
-                          max_batch_tokens=args.max_batch_tokens)
+    engine = {"max_batch_tokens": args.max_batch_tokens}
+    if args.max_prefill_tokens is not None:
+        engine["max_prefill_tokens"] = args.max_prefill_tokens
+    service = service_for(model, name, chat, args.max_waiting, args.logprobs_mode, **engine)
     if args.host not in LOOPBACK:
         print(f"minillm serve: warning: listening on {args.host}: anyone who can reach this "
               "machine there can use the model (no key is asked)", file=sys.stderr)
