@@ -191,3 +191,11 @@ def test_a_text_past_what_the_context_can_hold_is_refused_before_tokenizing(mode
         assert "at least" in r.json()["error"]["message"]
     finally:
         server.stop()
+
+
+def test_the_command_line_states_the_servers_defaults():
+    from minillm.cli import serve as command
+    from minillm.serve import app, server
+
+    assert (command.MAX_WAITING, command.READ_TIMEOUT) == (server.MAX_WAITING,
+                                                           app.READ_TIMEOUT)
