@@ -43,8 +43,8 @@ def add_arguments(parser) -> None:
                         help="the engine's budget of tokens computed in one step (default 512)")
     parser.add_argument("--max_prefill_tokens", type=int, default=None, metavar="N",
                         help="of those, the prompt tokens a step reads beside decoding rows, so "
-                             "that no stream waits long for the next token (default: "
-                             "docs/SERVE.md's measured choice)")
+                             "that no stream waits long for its next token (default 128: "
+                             "docs/SERVE.md measures the choice)")
     parser.add_argument("--logprobs_mode", choices=("processed_logprobs", "raw_logprobs"),
                         default="processed_logprobs",
                         help="logprobs of the distribution drawn from (default), or of the "

@@ -23,7 +23,6 @@ from .loop import EngineLoop
 
 
 MAX_WAITING = 128  # engine requests that may wait before a 429 (--max_waiting)
-MAX_PREFILL_TOKENS = None  # prompt tokens a step reads beside decoding rows (docs/SERVE.md)
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 HEADER_TIMEOUT = 10  # seconds
 
@@ -39,7 +38,6 @@ def service_for(model, name: str, chat_tokenizer=None, max_waiting: int | None =
     if logprobs_mode not in LOGPROBS_MODES:
         raise ValueError(f"logprobs_mode: one of {', '.join(LOGPROBS_MODES)}, got "
                          f"{logprobs_mode!r}")
-    engine.setdefault("max_prefill_tokens", MAX_PREFILL_TOKENS)
     return Service(model, name, EngineLoop(Engine(model, **engine), max_waiting),
                    chat_tokenizer, logprobs_mode)
 

@@ -83,7 +83,7 @@ class Engine:
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
                  max_batch_tokens: int = 512, prefix_caching: bool = True,
-                 max_prefill_tokens: int | None = None):
+                 max_prefill_tokens: int | None = 128):
         cfg = model.config
         for name, value in (("block_size", block_size), ("max_batch_tokens", max_batch_tokens),
                             ("num_blocks", 1 if num_blocks is None else num_blocks),
