@@ -161,7 +161,8 @@ def test_completion_equals_generate_with_usage_and_echo(server, model):
         assert reply["choices"][0]["text"] == new_text(tok, ids, new)
         assert reply["choices"][0]["finish_reason"] == "length"
         assert reply["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 20,
-                                  "total_tokens": len(ids) + 20}
+                                  "total_tokens": len(ids) + 20,
+                                  "prompt_tokens_details": {"cached_tokens": 0}}
     r = httpx.post(server.url + "/v1/completions", timeout=30, json={
         "model": "target", "prompt": ids, "max_tokens": 20, "temperature": 0, "echo": True,
         "logprobs": 2})
@@ -354,9 +355,12 @@ BAD = [
     ("top_logprobs without logprobs", "/v1/chat/completions",
      {"model": "target", "messages": [{"role": "user", "content": "hi"}],
       "top_logprobs": 2}, 400, "top_logprobs"),
-    ("logit_bias", "/v1/completions", dict(GOOD, logit_bias={"5": 10}), 400, "logit_bias"),
-    ("tools", "/v1/chat/completions", {"model": "target", "messages": [
-        {"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
+    ("a logit bias past 100", "/v1/completions", dict(GOOD, logit_bias={"5": 101}), 400,
+     "logit_bias"),
+    ("a logit bias of a token outside the vocabulary", "/v1/completions",
+     dict(GOOD, logit_bias={"99999": 1}), 400, "logit_bias"),
+    ("min_tokens past max_tokens", "/v1/completions", dict(GOOD, min_tokens=5), 400,
+     "min_tokens"),
     ("stream_options without stream", "/v1/completions",
      dict(GOOD, stream_options={"include_usage": True}), 400, "stream_options"),
     ("a token id outside the vocabulary", "/v1/completions", dict(GOOD, prompt=[1, 99999]),

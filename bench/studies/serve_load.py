@@ -109,12 +109,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(name: str, args, threads: int, logs: Path) -> Server:
-    """Start one server (a process of its own) on a free port; returns once it answers."""
+def launch(name: str, args, threads: int, logs: Path, flags=()) -> Server:
+    """Start one server (a process of its own) on a free port; returns once it answers.
+    flags: more of minillm serve's."""
     port = free_port()
     if name == "minillm":
         command = [sys.executable, "-m", "minillm", "serve", "--model_path", str(args.model),
-                   "--port", str(port), "--threads", str(threads)]
+                   "--port", str(port), "--threads", str(threads), *flags]
     else:
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(args.gguf),
                    "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
@@ -122,7 +123,7 @@ def launch(name: str, args, threads: int, logs: Path) -> Server:
                    "--interrupt_requests", "false", "--verbose", "false"]
     env = {**os.environ, **{k: str(threads) for k in (
         "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-    log = logs / f"{name}.log"
+    log = logs / f"{name}{'-'.join(('', *flags))}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
                                    stderr=subprocess.STDOUT)
@@ -181,6 +182,7 @@ class Result:
     sent: float
     first: float | None  # when the first chunk with text came
     ended: float
+    times: list  # when each chunk with text came
     text: str
     chunks: int  # chunks with text
     finish: str | None
@@ -203,6 +205,7 @@ def send(server: Server, request: dict, timeout: float) -> Result:
     """One streaming completion; its server-sent events read line by line."""
     sent = time.perf_counter()
     first, text, chunks, finish, usage, done, error = None, "", 0, None, None, False, None
+    times = []
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
     try:
         conn.request("POST", "/v1/completions", json.dumps(request),
@@ -227,7 +230,8 @@ def send(server: Server, request: dict, timeout: float) -> Result:
             usage = event.get("usage") or usage
             for choice in event["choices"]:
                 if choice.get("text"):
-                    first = first if first is not None else time.perf_counter()
+                    times.append(time.perf_counter())
+                    first = first if first is not None else times[-1]
                     text += choice["text"]
                     chunks += 1
                 finish = choice.get("finish_reason") or finish
@@ -235,7 +239,8 @@ def send(server: Server, request: dict, timeout: float) -> Result:
         error = f"{type(e).__name__}: {e}"  # a reply not as expected: a failed request
     finally:
         conn.close()
-    return Result(sent, first, time.perf_counter(), text, chunks, finish, usage, done, error)
+    return Result(sent, first, time.perf_counter(), times, text, chunks, finish, usage, done,
+                  error)
 
 
 def drive(server: Server, texts: list, clients: int, max_tokens: int,
@@ -275,6 +280,7 @@ def figures(results: list, seconds: float, cpu: float, max_tokens: int) -> dict:
     """cpu: the server's CPU seconds over the level."""
     good = [r for r in results if r.error is None and r.done]
     ttft = [r.first - r.sent for r in good if r.first is not None]
+    itl = [b - a for r in good for a, b in zip(r.times, r.times[1:])]  # between two chunks
     usage = [r for r in good if r.usage is not None]
     tokens = sum(new_tokens(r, max_tokens) for r in good)
     return {
@@ -283,6 +289,8 @@ def figures(results: list, seconds: float, cpu: float, max_tokens: int) -> dict:
         "new tokens per CPU s": tokens / cpu,
         "ttft p50, s": float(np.percentile(ttft, 50)) if ttft else float("nan"),
         "ttft p99, s": float(np.percentile(ttft, 99)) if ttft else float("nan"),
+        "itl p50, s": float(np.percentile(itl, 50)) if itl else float("nan"),
+        "itl p99, s": float(np.percentile(itl, 99)) if itl else float("nan"),
         "seconds": seconds,
         "failed": len(results) - len(good),
         "ended for length": sum(r.finish == "length" for r in good),

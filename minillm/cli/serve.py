@@ -25,6 +25,8 @@ from pathlib import Path
 from ..plumbing.optional import require
 from .common import UsageError, add_model_argument, load_model
 
+MAX_WAITING, READ_TIMEOUT = 128, 30  # minillm.serve's defaults (not imported: no web stack)
+
 def add_arguments(parser) -> None:
     add_model_argument(parser, required=False)
     parser.add_argument("--host", default="127.0.0.1",
@@ -39,6 +41,20 @@ def add_arguments(parser) -> None:
                              "place of the model's own")
     parser.add_argument("--max_batch_tokens", type=int, default=512, metavar="N",
                         help="the engine's budget of tokens computed in one step (default 512)")
+    parser.add_argument("--max_prefill_tokens", type=int, default=None, metavar="N",
+                        help="of those, the prompt tokens a step reads beside decoding rows, so "
+                             "that no stream waits long for its next token (default 128: "
+                             "docs/SERVE.md measures the choice)")
+    parser.add_argument("--logprobs_mode", choices=("processed_logprobs", "raw_logprobs"),
+                        default="processed_logprobs",
+                        help="logprobs of the distribution drawn from (default), or of the "
+                             "model's own logits (raw_logprobs: at temperature 0 too)")
+    parser.add_argument("--max_waiting", type=int, default=MAX_WAITING, metavar="N",
+                        help="engine requests (a request's n choices count n) that may wait "
+                             f"to run; past them a 429 with Retry-After (default {MAX_WAITING})")
+    parser.add_argument("--read_timeout", type=float, default=READ_TIMEOUT, metavar="S",
+                        help="seconds a request's body may take to arrive, else a 408 and the "
+                             f"connection closed (default {READ_TIMEOUT})")
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load")
 
@@ -53,8 +69,12 @@ def run(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
-    if args.max_batch_tokens < 1:
-        raise UsageError(f"--max_batch_tokens: must be at least 1, got {args.max_batch_tokens}")
+    for flag in ("max_batch_tokens", "max_waiting", "max_prefill_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UsageError(f"--{flag}: must be at least 1, got {getattr(args, flag)}")
+    if not 0 < args.read_timeout < float("inf"):
+        raise UsageError(f"--read_timeout: must be a number of seconds > 0, got "
+                         f"{args.read_timeout}")
     port = free_port(args.host, args.port)
     template = None if args.template is None else read_template(args.template)
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
@@ -62,13 +82,16 @@ def run(args) -> int:
         raise UsageError("--model_path: the server needs a model with a tokenizer")
     chat = None if template is None else model.tokenizer.with_chat_template(template)
     name = args.name or model_name(args.model_path)
-    service = service_for(model, name, chat, max_batch_tokens=args.max_batch_tokens)
+    engine = {"max_batch_tokens": args.max_batch_tokens}
+    if args.max_prefill_tokens is not None:
+        engine["max_prefill_tokens"] = args.max_prefill_tokens
+    service = service_for(model, name, chat, args.max_waiting, args.logprobs_mode, **engine)
     if args.host not in LOOPBACK:
         print(f"minillm serve: warning: listening on {args.host}: anyone who can reach this "
               "machine there can use the model (no key is asked)", file=sys.stderr)
     print(f"minillm serve: {name} at http://{args.host}:{port}/v1 (Ctrl-C stops it)",
           file=sys.stderr, flush=True)
-    serve(service, args.host, port)
+    serve(service, args.host, port, args.read_timeout)
     return 0
 
 

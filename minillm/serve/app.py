@@ -5,6 +5,9 @@
     GET  /v1/models/{name}       that model, or 404
     POST /v1/completions         a prompt (text or token ids), completed
     POST /v1/chat/completions    messages, rendered with the model's chat template, answered
+    POST /tokenize               {content, add_special, with_pieces} -> {tokens} (llama-server)
+    POST /detokenize             {tokens} -> {content}
+    GET  /metrics                Prometheus' text format (metrics.py)
     GET  /debug/stats            the engine's counts and blocks, and the loop's requests
 
 Starlette is imported when the application is made, never by the rest of minillm; without
@@ -17,25 +20,33 @@ on this machine's loopback address, a request must name it in its Host header (4
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 
 from ..plumbing.optional import require
 from . import handlers
+from .bodies import MAX_BODY_BYTES, parse
 from .errors import APIError
-from .fields import MAX_BODY_BYTES
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "[::1]"}
+READ_TIMEOUT = 30  # seconds a request's body may take to arrive (--read_timeout)
+log = logging.getLogger("uvicorn.error")  # uvicorn's own log: one line where it says its own
 
 
-def make_app(service: handlers.Service, loopback_only: bool = True):
+class Gone(Exception):
+    """The client went away before its body had arrived."""
+
+
+def make_app(service: handlers.Service, loopback_only: bool = True,
+             read_timeout: float = READ_TIMEOUT):
     """The ASGI application serving `service`; its lifespan starts and stops the loop.
     loopback_only: refuse a request whose Host header is not this machine's own name (a page
     elsewhere that renames itself 127.0.0.1 cannot reach a local server: DNS rebinding)."""
     require("starlette", "serve", "minillm serve")
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import (JSONResponse, PlainTextResponse, Response,
+                                     StreamingResponse)
     from starlette.routing import Route
 
     class EventStream(StreamingResponse):
@@ -48,13 +59,18 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
                 await self.body_iterator.aclose()
 
     def error(e: APIError):
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     async def post(request, handler):
         try:
-            reply = await until_disconnected(request, handler(service, await read_json(request)))
+            body = await read_json(request, read_timeout)
+            reply = await until_disconnected(request, handler(service, body))
         except APIError as e:
             return error(e)
+        except Gone:
+            log.info("%s %s: the client left before its body had arrived", request.method,
+                     request.url.path)
+            return Response(status_code=499)
         if reply is None:  # the client is gone: nobody reads this
             return Response(status_code=499)
         if isinstance(reply, dict):
@@ -67,6 +83,19 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
 
     async def chat_completions(request):
         return await post(request, handlers.chat_completions)
+
+    async def tokenize(request):
+        return await post(request, handlers.tokenize)
+
+    async def detokenize(request):
+        return await post(request, handlers.detokenize)
+
+    async def metrics(request):
+        try:
+            text = await handlers.metrics(service)
+        except APIError as e:
+            return error(e)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(request):
         return JSONResponse(handlers.models(service))
@@ -111,6 +140,9 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
         Route("/v1/models/{name:path}", model),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/metrics", metrics),
         Route("/debug/stats", stats),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
@@ -128,29 +160,33 @@ def make_app(service: handlers.Service, loopback_only: bool = True):
     return guarded
 
 
-async def read_json(request):
-    """The body as JSON, read no further than MAX_BODY_BYTES."""
+async def read_json(request, timeout: float):
+    """The body as JSON, read no further than MAX_BODY_BYTES and for no longer than `timeout`
+    seconds (a 408 then, and the connection closed); Gone if the client leaves meanwhile."""
+    import anyio
+    from starlette.requests import ClientDisconnect
+
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_large()
     data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > MAX_BODY_BYTES:
-            raise too_large()
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=not_a_number)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise APIError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > MAX_BODY_BYTES:
+                    raise too_large()
+    except TimeoutError:
+        raise APIError(408, f"the body did not arrive within {timeout:g} s",
+                       code="request_timeout", headers={"Connection": "close"}) from None
+    except ClientDisconnect:
+        raise Gone() from None
+    return parse(bytes(data))
 
 
 def too_large() -> APIError:
     return APIError(413, f"the body is larger than {MAX_BODY_BYTES} bytes",
                     code="request_too_large")
-
-
-def not_a_number(name):
-    raise ValueError(f"{name} is not a JSON number")
 
 
 async def until_disconnected(request, work):

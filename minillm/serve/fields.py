@@ -15,14 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..knobs import generation_config
+from .bodies import MAX_BODY_BYTES  # noqa: F401 (the server's bounds, all named here)
 from .errors import APIError, bad_shape, bad_value
+from .messages import chat_messages
 
-MAX_BODY_BYTES = 1 << 20  # 1 MiB: the longest prompt of any context and its knobs
 MAX_TOKENS = 4096  # max_tokens per choice (and the prompt and they must fit the context)
 MAX_CHOICES = 16  # n, times the prompts of one completions request
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound of top_logprobs
 MAX_STOP = 4  # stop strings, as OpenAI
 MAX_STOP_CHARS = 256  # the longest stop string
+MAX_BIAS = 100  # a logit_bias value's bound, as OpenAI's
+MAX_BIASED = 300  # tokens one logit_bias may name
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 KINDS = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -35,18 +38,24 @@ KNOBS = {"temperature": "number", "top_p": "number", "frequency_penalty": "numbe
          "repetition_penalty": "number", "penalty_window": "integer"}
 COMMON = {"model": "string", "max_tokens": "integer", "seed": "integer", "stop": "stop",
           "n": "integer", "stream": "boolean", "stream_options": "object", "user": "string",
-          "logit_bias": "object", **KNOBS}
+          "logit_bias": "object", "ignore_eos": "boolean", "min_tokens": "integer", **KNOBS}
 COMPLETION = {**COMMON, "prompt": "any", "echo": "boolean", "logprobs": "integer",
               "suffix": "string", "best_of": "integer"}
 CHAT = {**COMMON, "messages": "array", "logprobs": "boolean", "top_logprobs": "integer",
         "max_completion_tokens": "integer", "tools": "array", "tool_choice": "any",
         "response_format": "object", "parallel_tool_calls": "boolean", "store": "boolean",
         "metadata": "object", "service_tier": "string"}
+# The server's bounds of the knobs, within the library's ranges (minillm.knobs): OpenAI's for
+# its own fields; top_k at most the vocabulary and penalty_window the context (None: that bound).
+SERVER_BOUNDS = {"temperature": (0, 2), "top_p": (0, 1), "min_p": (0, 1),
+                 "frequency_penalty": (-2, 2), "presence_penalty": (-2, 2),
+                 "repetition_penalty": (0, 2), "top_k": (0, None), "penalty_window": (1, None)}
 # OpenAI's fields minillm does not do: taken only at the value that asks for nothing.
-UNSUPPORTED = {"logit_bias": lambda v: not v, "suffix": lambda v: not v,
+UNSUPPORTED = {"suffix": lambda v: not v,
                "tools": lambda v: not v, "tool_choice": lambda v: v == "none",
                "response_format": lambda v: v.get("type") == "text"}
 LIBRARY_NAMES = {"max_new_tokens": "max_tokens", "stop_strings": "stop"}
+STREAM_OPTIONS = ("include_usage", "continuous_usage_stats")  # booleans
 
 
 @dataclass
@@ -62,6 +71,14 @@ class Plan:
     echo: bool = False
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # usage in every chunk of a stream
+    logit_bias: dict = None  # {token id: added to its logit}
+    min_tokens: int = 0  # the end tokens cannot come before this many new tokens
+
+    @property
+    def scoring_only(self) -> bool:
+        """echo with max_tokens 0: the prompt and its scores, nothing generated."""
+        return max(self.max_tokens) == 0
 
     def choices(self):
         """(prompt index, knobs of add_request) for every choice, in the order of `index`."""
@@ -71,10 +88,10 @@ class Plan:
                 yield p, dict(self.knobs, max_new_tokens=max_tokens, seed=seed)
 
 
-def completion_plan(body, model, names) -> Plan:
-    """The Plan of a /v1/completions body."""
+def completion_plan(body, model, names, longest: int) -> Plan:
+    """The Plan of a /v1/completions body (`longest`: the most bytes a token stands for)."""
     body = fields(body, COMPLETION, ("model", "prompt"), names)
-    prompts = completion_prompts(body["prompt"], model)
+    prompts = completion_prompts(body["prompt"], model, longest)
     top = body.get("logprobs")
     if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
         raise bad_value("logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top}")
@@ -85,12 +102,14 @@ def completion_plan(body, model, names) -> Plan:
                 model.tokenizer.eos_token_ids, echo=bool(body.get("echo")))
 
 
-def chat_plan(body, model, names, tokenizer) -> Plan:
+def chat_plan(body, model, names, tokenizer, longest: int) -> Plan:
     """The Plan of a /v1/chat/completions body, the messages rendered with the chat template."""
     from ..text.chat_template import chat_prompt_ids
 
     body = fields(body, CHAT, ("model", "messages"), names)
-    messages = chat_messages(body["messages"])
+    messages = chat_messages(body["messages"], tokenizer.chat_template)
+    within_context(sum(len(m["content"].encode("utf-8")) for m in messages), longest, model,
+                   "messages")
     if tokenizer.chat_template is None:
         raise bad_value("messages", "this model has no chat template; give the server one "
                                     "(minillm serve --template FILE), or use /v1/completions")
@@ -154,8 +173,9 @@ def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=F
                                    "tokens, and at least one new token must fit",
                             "context_length_exceeded")
     asked = body.get("max_tokens")
-    if asked is not None and not 1 <= asked <= MAX_TOKENS:
-        raise bad_value("max_tokens", f"must be an integer in [1, {MAX_TOKENS}], got {asked}")
+    if asked is not None and not int(not echo) <= asked <= MAX_TOKENS:  # 0: echo's scores only
+        raise bad_value("max_tokens", f"must be an integer in [1, {MAX_TOKENS}] (0 with echo), "
+                                      f"got {asked}")
     max_tokens = [min(default_tokens, context - len(p)) if asked is None else asked
                   for p in prompts]
     for prompt, tokens in zip(prompts, max_tokens):
@@ -167,19 +187,50 @@ def plan(body, model, prompts, param, default_tokens, top, n, end_tokens, echo=F
     if seed is not None and not 0 <= seed < 2 ** 63 - MAX_CHOICES:
         raise bad_value("seed", f"must be an integer in [0, 2**63 - {MAX_CHOICES}), got {seed}")
     options = body.get("stream_options")
-    if options is not None and (not body.get("stream") or set(options) - {"include_usage"}):
-        raise bad_value("stream_options", "only {\"include_usage\": bool}, with stream: true")
+    if options is not None and (not body.get("stream") or set(options) - set(STREAM_OPTIONS)
+                                or not all(isinstance(v, bool) for v in options.values())):
+        raise bad_value("stream_options", f"only {STREAM_OPTIONS}, with stream: true")
     knobs = {name: body[name] for name in KNOBS if name in body}
+    within_bounds(knobs, model.config)
     knobs["stop_strings"] = stop_strings(body.get("stop"))
-    knobs["stop_tokens"] = tuple(end_tokens)
+    knobs["stop_tokens"] = () if body.get("ignore_eos") else tuple(end_tokens)
+    min_tokens = body.get("min_tokens", 0)
+    if not 0 <= min_tokens <= min(max_tokens):
+        raise bad_value("min_tokens", f"must be an integer in [0, max_tokens], got {min_tokens}")
     try:
         generation_config(None, model, max_new_tokens=max(max_tokens), seed=seed, **knobs)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         name, _, rest = str(e).partition(":")
         param = LIBRARY_NAMES.get(name, name)
         raise bad_value(param, rest.strip()) from None
+    options = options or {}
     return Plan(prompts, max_tokens, n, knobs, seed, top, echo, bool(body.get("stream")),
-                bool((options or {}).get("include_usage")))
+                options.get("include_usage", False), options.get("continuous_usage_stats", False),
+                logit_bias(body.get("logit_bias"), model.config.vocab_size), min_tokens)
+
+
+def logit_bias(bias, vocab: int) -> dict[int, float]:
+    """{"token id": bias} as OpenAI writes it: ids in the vocabulary, biases in +-MAX_BIAS."""
+    out = {}
+    for key, value in (bias or {}).items():
+        if not (key.isdigit() and int(key) < vocab) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or not -MAX_BIAS <= value <= MAX_BIAS:
+            raise bad_value("logit_bias", f"{{token id in [0, {vocab}): a number in "
+                                          f"[-{MAX_BIAS}, {MAX_BIAS}]}}, got {key!r}: {value!r}")
+        out[int(key)] = float(value)
+    if len(out) > MAX_BIASED:
+        raise bad_value("logit_bias", f"at most {MAX_BIASED} tokens, got {len(out)}")
+    return out
+
+
+def within_bounds(knobs: dict, config) -> None:
+    """Each knob within SERVER_BOUNDS (the library then checks its own range)."""
+    tops = {"top_k": config.vocab_size, "penalty_window": config.context_length}
+    for name, value in knobs.items():
+        low, high = SERVER_BOUNDS[name]
+        high = tops.get(name, high) if high is None else high
+        if not low <= value <= high:
+            raise bad_value(name, f"must be in [{low}, {high}] on this server, got {value}")
 
 
 def stop_strings(stop) -> tuple[str, ...]:
@@ -191,7 +242,17 @@ def stop_strings(stop) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def completion_prompts(prompt, model) -> list[list[int]]:
+def within_context(text_bytes: int, longest: int, model, param: str) -> None:
+    """Refuse, before tokenizing, a text of more bytes than the context's tokens can stand for
+    (tokens.py: at least text_bytes / longest tokens)."""
+    context = model.config.context_length
+    if text_bytes > longest * context:
+        raise bad_value(param, f"{text_bytes} bytes of text, so at least "
+                               f"{-(-text_bytes // longest)} tokens; this model's context is "
+                               f"{context} tokens", "context_length_exceeded")
+
+
+def completion_prompts(prompt, model, longest: int) -> list[list[int]]:
     """A prompt as OpenAI takes it: a text, token ids, or a list of either."""
     single = isinstance(prompt, str) or (isinstance(prompt, list) and prompt
                                          and all(KINDS["integer"](t) for t in prompt))
@@ -202,6 +263,7 @@ def completion_prompts(prompt, model) -> list[list[int]]:
     out = []
     for p in prompts:
         if isinstance(p, str):
+            within_context(len(p.encode("utf-8")), longest, model, "prompt")
             ids = list(model.tokenizer.encode(p, add_special_tokens=True))
         elif isinstance(p, list) and all(KINDS["integer"](t) for t in p):
             ids = p
@@ -212,27 +274,4 @@ def completion_prompts(prompt, model) -> list[list[int]]:
         if not ids or not all(0 <= t < vocab for t in ids):
             raise bad_value("prompt", f"empty, or a token id outside [0, {vocab})")
         out.append(ids)
-    return out
-
-
-def chat_messages(messages) -> list[dict]:
-    """[{"role", "content"}]: the content a string, or a list of text parts joined."""
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
-                or set(m) - {"role", "content", "name"}:
-            raise bad_shape("messages", "each message must be an object with a string role "
-                                        "and a content (and optionally a name)")
-        content = m.get("content")
-        if isinstance(content, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text"
-                       and isinstance(p.get("text"), str) for p in content):
-                raise bad_value("messages", "only text parts ({\"type\": \"text\", \"text\": "
-                                            "...}) are supported")
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise bad_shape("messages", "a message's content must be a string or text parts")
-        out.append({"role": m["role"], "content": content})
-    if not out:
-        raise bad_value("messages", "empty; give at least one message")
     return out

@@ -3,26 +3,29 @@
     service = Service(model, "target", loop)
     reply = await completions(service, body)   # a dict, or (stream) an async iterator of events
 
-A request's body is checked first (fields.py; in a worker thread, since tokenizing a long
-prompt must not hold up the other requests). Its choices become one Ticket (loop.py) whose
-outputs come back through an asyncio queue of its own: the engine's thread puts each event
-there with `call_soon_threadsafe`, and the handler reads them in order, decoding each choice's
-text (text.py). Whoever stops reading early (a client gone: its task is cancelled) cancels
-the ticket on the way out, so its requests are aborted and their blocks freed.
+A request's body is checked first (fields.py; a long one on the tokenizing pool, since
+tokenizing a long prompt must not hold up the other requests: tokens.py). Its choices become
+one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the engine's
+thread puts each event there with `call_soon_threadsafe`, and the handler reads them in order,
+decoding each choice's text (text.py). Whoever stops reading early (a client gone: its task is
+cancelled) cancels the ticket on the way out, so its requests are aborted and their blocks
+freed.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..knobs import generation_config
-from . import replies
+from . import replies, tokens
 from .errors import APIError
 from .fields import chat_plan, completion_plan
 from .loop import Choice, Ticket
-from .scores import Scorer, prompt_scores
+from .metrics import Metrics
+from .scores import PromptScores, processor
 from .text import ChoiceText
+from .tokens import Tokenizing, longest_token_bytes
 
 
 @dataclass
@@ -34,11 +37,15 @@ class Service:
     name: str
     loop: object  # loop.EngineLoop
     chat_tokenizer: object = None
+    logprobs_mode: str = "processed_logprobs"  # or "raw_logprobs": the model's own (vLLM's)
     created: int = field(default_factory=replies.now)
 
     def __post_init__(self):
         if self.chat_tokenizer is None:
             self.chat_tokenizer = self.model.tokenizer
+        self.tokenizing, self.metrics = Tokenizing(), Metrics()
+        self.longest = max(map(longest_token_bytes, (self.model.tokenizer,
+                                                      self.chat_tokenizer)))
 
     async def call(self, fn):
         """fn() run on the engine's thread between two steps; its result."""
@@ -64,23 +71,72 @@ async def stats(service: Service) -> dict:
     return await service.call(service.loop.stats)
 
 
+async def tokenize(service: Service, body) -> dict:
+    return await service.tokenizing.run(tokens.tokenize, body, service.model.tokenizer)
+
+
+async def detokenize(service: Service, body) -> dict:
+    return await service.tokenizing.run(tokens.detokenize, body, service.model.tokenizer,
+                                        service.model.config.vocab_size)
+
+
+async def metrics(service: Service) -> str:
+    return service.metrics.text(service.name, await stats(service))
+
+
 async def completions(service: Service, body):
-    plan = await asyncio.to_thread(completion_plan, body, service.model, [service.name])
-    return await answer(Run(service, plan, chat=False))
+    arrived = time.monotonic()
+    plan = await service.tokenizing.run(completion_plan, body, service.model, [service.name],
+                                        service.longest)
+    return await answer(Run(service, plan, chat=False, arrived=arrived))
 
 
 async def chat_completions(service: Service, body):
-    plan = await asyncio.to_thread(chat_plan, body, service.model, [service.name],
-                                   service.chat_tokenizer)
-    return await answer(Run(service, plan, chat=True))
+    arrived = time.monotonic()
+    plan = await service.tokenizing.run(chat_plan, body, service.model, [service.name],
+                                        service.chat_tokenizer, service.longest)
+    return await answer(Run(service, plan, chat=True, arrived=arrived))
+
+
+RETRY_AFTER = 1  # seconds a refused client is told to wait: a step or two of the engine
 
 
 async def answer(run):
+    """The run's reply (or its stream of events), its requests given to the loop now, unless
+    the waiting queue is full (429)."""
     if run.plan.echo and run.plan.logprobs is not None:
-        model, k = run.service.model, run.plan.logprobs
-        run.prompt_scores = await run.service.call(
-            lambda: [prompt_scores(model, p, k) for p in run.plan.prompts])
-    return run.stream() if run.plan.stream else await run.whole()
+        run.prompt_scores = [await prompt_scores(run.service, p, run.plan.logprobs)
+                             for p in run.plan.prompts]
+    if run.plan.scoring_only:  # echo with max_tokens 0: nothing for the engine to draw
+        return Events(run) if run.plan.stream else await run.whole()
+    if not run.service.loop.has_room(len(run.ticket.choices)):  # then given, with no await
+        raise APIError(429, f"the server has {run.service.loop.max_waiting} requests waiting "
+                            "already; retry later", code="too_many_requests",
+                       headers={"Retry-After": str(RETRY_AFTER)})
+    run.start()
+    return Events(run) if run.plan.stream else await run.whole()
+
+
+async def prompt_scores(service: Service, prompt, k: int) -> list:
+    """The prompt's scores (scores.py), a chunk at a time between two engine steps."""
+    scores = PromptScores(service.model, prompt, k)
+    while not scores.done:
+        await service.call(scores.next_chunk)
+    return scores.scores
+
+
+class Events:
+    """A run's server-sent events; closing them, even before the first, cancels the run."""
+
+    def __init__(self, run):
+        self.run, self.events = run, run.stream()
+
+    def __aiter__(self):
+        return self.events
+
+    async def aclose(self):
+        await self.events.aclose()
+        self.run.close()
 
 
 class Update(NamedTuple):
@@ -96,25 +152,25 @@ class Update(NamedTuple):
 class Run:
     """One request's choices while their outputs come."""
 
-    def __init__(self, service: Service, plan, chat: bool):
-        self.service, self.plan, self.chat = service, plan, chat
+    def __init__(self, service: Service, plan, chat: bool, arrived: float):
+        self.service, self.plan, self.chat, self.arrived = service, plan, chat, arrived
         self.id = replies.new_id("chatcmpl" if chat else "cmpl")
         self.created = replies.now()
         model = service.model
+        self.raw = service.logprobs_mode == "raw_logprobs"
+        logprobs = False if plan.logprobs is None else "raw" if self.raw else True
         self.prompt_of, choices, self.texts = [], [], []
         for p, knobs in plan.choices():
             prompt = plan.prompts[p]
-            scorer = None
-            if plan.logprobs:
-                sampling = generation_config(None, model, **knobs).sampling
-                scorer = Scorer(model, prompt, sampling, plan.logprobs)
-            choices.append(Choice(prompt, knobs, plan.logprobs is not None, scorer))
+            process = processor(plan.logit_bias, plan.min_tokens, knobs["stop_tokens"])
+            choices.append(Choice(prompt, knobs, logprobs, plan.logprobs or 0, process))
             self.prompt_of.append(p)
             self.texts.append(ChoiceText(model.tokenizer, prompt, knobs["stop_strings"],
                                          knobs["stop_tokens"]))
         self.prompt_scores = None  # per prompt, with echo and logprobs
-        self.new_tokens = [0] * len(choices)
-        self.left = len(choices)  # choices not finished
+        self.new_tokens, self.cached = [0] * len(choices), [0] * len(choices)
+        self.last_token = [None] * len(choices)  # when each choice's last token came
+        self.left = 0 if plan.scoring_only else len(choices)  # choices not finished
         self.queue = asyncio.Queue()
         self.ticket = Ticket(choices, self.deliverer())
 
@@ -134,6 +190,7 @@ class Run:
         if not self.service.loop.alive():
             raise APIError(500, "the engine's loop is not running", code="engine_stopped")
         self.service.loop.submit(self.ticket)
+        self.service.metrics.prompt_tokens += sum(len(c.prompt) for c in self.ticket.choices)
 
     async def next(self) -> Update:
         event = await self.queue.get()
@@ -146,10 +203,26 @@ class Run:
         piece = text.add(out.token, out.finished)
         if out.token is not None:
             self.new_tokens[i] += 1
+            self.cached[i] = event.cached
+            self.timed(i, out)
             if self.plan.logprobs is not None and out.token not in text.ends:
-                entries.append((out.token, out.logprob, event.top or [], offset))
+                logprob = out.raw_logprob if self.raw else out.logprob
+                entries.append((out.token, logprob, list(out.top or ()), offset))
         self.left -= out.finished
         return Update(i, piece, entries, out.reason if out.finished else None)
+
+    def timed(self, i: int, out) -> None:
+        """The metrics of a token of choice i that has just come."""
+        metrics, now = self.service.metrics, time.monotonic()
+        metrics.generation_tokens += 1
+        if self.last_token[i] is None:
+            metrics.ttft.observe(now - self.arrived)
+        else:
+            metrics.itl.observe(now - self.last_token[i])
+        self.last_token[i] = now
+        if out.finished:
+            metrics.finished[out.reason] = metrics.finished.get(out.reason, 0) + 1
+            metrics.e2e.observe(now - self.arrived)
 
     def close(self) -> None:
         if self.left:
@@ -180,7 +253,6 @@ class Run:
             echo, scores = self.echoed(i)
             texts.append(echo)
             entries.append(scores)
-        self.start()
         try:
             while self.left:
                 update = await self.next()
@@ -189,15 +261,14 @@ class Run:
                 finish[update.choice] = update.finish or finish[update.choice]
         finally:
             self.close()
-        choices = [self.choice(i, texts[i], entries[i], finish[i], whole=True)
-                   for i in range(len(texts))]
+        choices = [self.choice(i, texts[i], entries[i], finish[i] or "length", whole=True)
+                   for i in range(len(texts))]  # no finish: echo's scores only
         kind = "chat.completion" if self.chat else "text_completion"
         return replies.completion(self.id, self.created, self.service.name, choices, kind,
                                   self.usage())
 
     async def stream(self):
         try:
-            self.start()
             for i in range(len(self.texts)):
                 echo, scores = self.echoed(i)
                 if self.chat:
@@ -208,7 +279,11 @@ class Run:
             while self.left:
                 u = await self.next()
                 if u.text or u.entries or u.finish:
-                    yield self.chunk([self.choice(u.choice, u.text, u.entries, u.finish)])
+                    use = self.usage() if self.plan.continuous_usage else None
+                    yield self.chunk([self.choice(u.choice, u.text, u.entries, u.finish)], use)
+            if self.plan.scoring_only:
+                for i in range(len(self.texts)):
+                    yield self.chunk([self.choice(i, "", [], "length")])
             if self.plan.include_usage:
                 yield self.chunk([], self.usage())
         except APIError as e:
@@ -234,5 +309,8 @@ class Run:
                                                 choices, kind, use))
 
     def usage(self) -> dict:
+        """The tokens counted, and the prompt's found in the prefix cache (each prompt's, as
+        its first choice found them)."""
         prompt_tokens = sum(len(p) for p in self.plan.prompts)
-        return replies.usage(prompt_tokens, sum(self.new_tokens))
+        cached = sum(self.cached[i * self.plan.n] for i in range(len(self.plan.prompts)))
+        return replies.usage(prompt_tokens, sum(self.new_tokens), cached)

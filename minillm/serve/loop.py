@@ -9,6 +9,7 @@ and calls (work on the model that must not run beside a step: the stats, a promp
 So every request that arrives while others run joins the running batch at the next step.
 
     loop = EngineLoop(Engine(model)); loop.start()
+    loop.has_room(n)           # from any thread: n more requests keep the queue within bound
     loop.submit(ticket)        # from any thread
     loop.cancel(ticket)        # idem; a finished or unknown ticket is ignored
     loop.call(fn, done)        # done(result, error) with fn's result, run between two steps
@@ -23,25 +24,27 @@ from typing import Callable, NamedTuple
 
 
 class Event(NamedTuple):
-    """What a ticket receives: an Output of choice `choice` with its top log-probabilities
-    (None unless asked), or an error that ends the ticket."""
+    """What a ticket receives: an Output of choice `choice` (its `top` entries as asked) and
+    how many of its prompt's positions were found in the prefix cache, or an error that ends
+    the ticket."""
 
     choice: int
     output: object = None  # minillm.serving.Output
-    top: list | None = None
+    cached: int = 0
     error: str | None = None
     status: int = 500  # the error's: 400 a request the engine refused, 500 a fault
 
 
 @dataclass
 class Choice:
-    """One engine request of a ticket: the prompt, the knobs of add_request, and a Scorer when
-    the top log-probabilities are asked (scores.py)."""
+    """One engine request of a ticket: the prompt, the knobs of add_request, and what the
+    engine is asked beside them (logprobs True or "raw", top_logprobs, process: Request)."""
 
     prompt: list[int]
     knobs: dict
-    logprobs: bool = False
-    scorer: object = None
+    logprobs: bool | str = False
+    top_logprobs: int = 0
+    process: object = None
 
 
 @dataclass
@@ -54,12 +57,18 @@ class Ticket:
 
 
 class EngineLoop:
-    def __init__(self, engine):
-        self.engine = engine
+    """max_waiting: the engine requests that may wait (submitted, not yet running) before
+    has_room says no; None: no bound."""
+
+    def __init__(self, engine, max_waiting: int | None = None):
+        self.engine, self.max_waiting = engine, max_waiting
+        self.lock = threading.Lock()
+        self.submitted = 0  # engine requests in the inbox, not yet added (under the lock)
+        self.waiting = 0  # the engine's waiting requests after the last step or inbox read
         self.inbox = queue.SimpleQueue()
         self.wakeup = threading.Condition()
         self.owners = {}  # engine id -> (ticket, choice index), until it finishes
-        self.counts = {"requests": 0, "finished": 0, "aborted": 0, "errors": 0}
+        self.counts = {"requests": 0, "finished": 0, "aborted": 0, "errors": 0, "refused": 0}
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name="minillm-engine", daemon=True)
 
@@ -75,7 +84,19 @@ class EngineLoop:
     def alive(self) -> bool:
         return self.thread.is_alive() and not self.stopping
 
+    def has_room(self, n: int) -> bool:
+        """Whether n more engine requests may wait: the waiting ones and n stay within
+        max_waiting, or none waits (so a request of n choices past the bound still runs
+        alone). No counts a refusal."""
+        with self.lock:
+            waiting = self.submitted + self.waiting
+            room = self.max_waiting is None or not waiting or waiting + n <= self.max_waiting
+            self.counts["refused"] += not room
+        return room
+
     def submit(self, ticket: Ticket) -> None:
+        with self.lock:
+            self.submitted += len(ticket.choices)
         self.send(("submit", ticket))
 
     def cancel(self, ticket: Ticket) -> None:
@@ -99,7 +120,8 @@ class EngineLoop:
             self.read_inbox()
             if self.engine.has_unfinished() and not self.stopping:
                 self.step()
-        for ticket, _ in list(self.owners.values()):
+                self.waiting = len(self.engine.scheduler.waiting)
+        for ticket, _, _ in list(self.owners.values()):
             self.fail(ticket, "the server is shutting down")
 
     def read_inbox(self) -> None:
@@ -107,6 +129,9 @@ class EngineLoop:
             kind, *rest = self.inbox.get()
             if kind == "submit":
                 self.add(rest[0])
+                with self.lock:
+                    self.submitted -= len(rest[0].choices)
+                    self.waiting = len(self.engine.scheduler.waiting)
             elif kind == "cancel":
                 self.abort(rest[0], counted=True)
             elif kind == "call":
@@ -123,13 +148,14 @@ class EngineLoop:
     def add(self, ticket: Ticket) -> None:
         for i, choice in enumerate(ticket.choices):
             try:
-                rid = self.engine.add_request(choice.prompt, logprobs=choice.logprobs,
-                                              **choice.knobs)
+                rid = self.engine.add_request(
+                    choice.prompt, logprobs=choice.logprobs, top_logprobs=choice.top_logprobs,
+                    process=choice.process, **choice.knobs)
             except Exception as e:  # the handler checked the request: rarely here
                 self.fail(ticket, str(e), i, status=400)
                 return
             ticket.ids.append(rid)
-            self.owners[rid] = (ticket, i)
+            self.owners[rid] = (ticket, i, self.engine.requests[rid])
             self.counts["requests"] += 1
 
     def abort(self, ticket: Ticket, counted: bool = False) -> None:
@@ -147,24 +173,18 @@ class EngineLoop:
         try:
             outputs = self.engine.step()
         except Exception as e:  # a fault of the engine: its requests fail, the server goes on
-            for ticket in {id(t): t for t, _ in self.owners.values()}.values():
+            for ticket in {id(t): t for t, _, _ in self.owners.values()}.values():
                 self.fail(ticket, f"the engine failed: {type(e).__name__}: {e}")
             return
         for out in outputs:
             owner = self.owners.get(out.request_id)
             if owner is None:
                 continue
-            ticket, i = owner
-            scorer = ticket.choices[i].scorer
-            try:
-                top = None if scorer is None or out.token is None else scorer.top(out.token)
-            except Exception as e:
-                self.fail(ticket, f"scoring failed: {type(e).__name__}: {e}")
-                continue
+            ticket, i, request = owner
             if out.finished:
                 del self.owners[out.request_id]
                 self.counts["finished"] += 1
-            ticket.deliver(Event(i, out, top))
+            ticket.deliver(Event(i, out, request.cached_tokens))
 
     def stats(self) -> dict:
         """The engine's counts and the loop's (call it through `call`, between two steps)."""

@@ -1,60 +1,71 @@
-"""Top log-probabilities, which the engine does not report, computed beside it.
+"""What the server asks of the engine beside the knobs, and the scores of an echoed prompt.
 
-The engine's Output carries ln p of the token drawn, under the distribution it was drawn from
-(every knob applied), but not the rest of that distribution. A Scorer follows one request with
-a cache of its own: before each new token it runs the positions not yet read (the prompt,
-then the previous token) through the model, applies the request's knobs to the last logits
-with the request's text as history, exactly as the engine's draw does, and keeps the k most
-likely tokens. That is one more one-token pass per new token of the requests that ask for
-top_logprobs (docs/SERVE.md says what the engine would need to spare it). The logits come from
-a contiguous cache where the engine's come from its blocks: equal up to rounding.
+The engine reports each token's ln p and, when asked, the top_logprobs most likely tokens of
+the same distribution (its Output.top, from the logits of its batched step; with
+--logprobs_mode raw_logprobs, the model's own distribution, no knob applied). A request's
+logit_bias and min_tokens become its `process`, which the engine applies to the logits before
+the knobs: the bias added, and the end tokens removed (-inf) while fewer than min_tokens new
+tokens are out.
 
-A prompt's own log-probabilities (echo with logprobs) are the model's, temperature 1, as
-`generate(..., prompt_logprobs=True)` gives them: one uncached pass over the prompt.
+An echoed prompt's own log-probabilities are the model's, temperature 1, as
+`generate(..., prompt_logprobs=True)` gives them: the prompt runs through a cache of its own
+SCORE_CHUNK positions at a time, each chunk a call on the engine's thread between two steps,
+so that the other requests go on between chunks and the logits held are a chunk's, (chunk, V),
+not the prompt's.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..layers import log_softmax
-from ..sampling import filtered_probs
+
+SCORE_CHUNK = 128  # prompt positions scored in one call between two engine steps
+
+
+def processor(bias: dict, min_tokens: int, end_tokens):
+    """process(request, logits) for the engine, or None when it would change nothing."""
+    if not bias and not (min_tokens and end_tokens):
+        return None
+    ids, values = np.array(list(bias), dtype=np.int64), np.array(list(bias.values()))
+    ends = np.array(sorted(end_tokens), dtype=np.int64)
+
+    def process(request, logits):
+        logits = logits.copy()
+        logits[ids] += values.astype(logits.dtype)
+        if request.new_tokens < min_tokens:
+            logits[ends] = -np.inf
+        return logits
+    return process
 
 
 def top_entries(logprobs, k: int) -> list[tuple[int, float]]:
     """The k largest finite entries of a row of log-probabilities as (token, logprob), most
-    likely first, ties by the lowest id; tokens a knob removed (p = 0) are never listed."""
+    likely first, ties by the lowest id."""
     if k <= 0:
         return []
     order = np.argsort(-logprobs, kind="stable")[:k]
     return [(int(t), float(logprobs[t])) for t in order if np.isfinite(logprobs[t])]
 
 
-class Scorer:
-    """The top k of the distribution each new token of one request is drawn from."""
+class PromptScores:
+    """Per prompt token (its ln p given the tokens before it, the top k there), a chunk at a
+    time: None and no entries for the first token, which nothing precedes."""
 
-    def __init__(self, model, prompt, sampling, k: int):
-        self.model, self.sampling, self.k = model, sampling, k
-        self.text = list(prompt)  # the request's text so far: the penalties' history
-        self.unread = list(prompt)  # positions not yet run through the cache
+    def __init__(self, model, prompt, k: int):
+        self.model, self.prompt, self.k = model, list(prompt), k
         self.cache = model.new_cache(batch_size=1)
+        self.scores, self.read = [(None, [])], 0
 
-    def top(self, token: int) -> list[tuple[int, float]]:
-        """The top entries of the distribution `token` was drawn from; then `token` joins the
-        text (and is read at the next call, never after the last token)."""
-        logits = self.model.forward(np.array([self.unread]), self.cache, last=1)[:, -1]
-        probs = filtered_probs(logits, self.sampling, np.array([self.text]))[0]
-        with np.errstate(divide="ignore"):
-            best = top_entries(np.log(probs), self.k)
-        self.text.append(int(token))
-        self.unread = [int(token)]
-        return best
+    @property
+    def done(self) -> bool:
+        return self.read >= len(self.prompt) - 1  # the last token predicts nothing asked
 
-
-def prompt_scores(model, prompt, k: int) -> list[tuple[float | None, list]]:
-    """Per prompt token (its ln p given the tokens before it, the top k there): None and no
-    entries for the first token, which nothing precedes."""
-    logp = log_softmax(model.forward(np.array([prompt])))[0]  # (T, V)
-    scores = [(None, [])]
-    for t in range(1, len(prompt)):
-        scores.append((float(logp[t - 1, prompt[t]]), top_entries(logp[t - 1], k)))
-    return scores
+    def next_chunk(self) -> None:
+        """Run the next SCORE_CHUNK positions; score the tokens they predict."""
+        chunk = self.prompt[self.read:self.read + SCORE_CHUNK]
+        logp = log_softmax(self.model.forward(np.array([chunk]), self.cache))[0]  # (chunk, V)
+        for c in range(len(chunk)):
+            t = self.read + c + 1  # position read + c predicts token t
+            if t < len(self.prompt):
+                self.scores.append((float(logp[c, self.prompt[t]]), top_entries(logp[c], self.k)))
+        self.read += len(chunk)

@@ -15,6 +15,7 @@ import numpy as np
 from ..generate import ends_row
 from ..inputs import check_prompts
 from ..knobs import default, generation_config, random_generator
+from ..layers import log_softmax
 from ..logprobs import score
 from ..sampling import choose, filtered_probs
 from ..stopping import start_text
@@ -26,8 +27,8 @@ from .speculative import Speculation, draft_rounds, end_round
 
 class Output(NamedTuple):
     """A request's new token, whether it is finished and why ("stop": a stop token or string,
-    "length": max_new_tokens), and when asked ln p of the token under the distribution it was
-    drawn from and under the model's own logits (generate's raw_logprobs)."""
+    "length": max_new_tokens), and if asked ln p of the token as drawn and under the model's own
+    logits (generate's raw_logprobs), and the top_logprobs likeliest (token, ln p) (Request)."""
 
     request_id: int
     token: int | None
@@ -35,6 +36,7 @@ class Output(NamedTuple):
     finished: bool
     reason: str | None = None
     raw_logprob: float | None = None
+    top: tuple | None = None
 
 
 @dataclass
@@ -75,15 +77,17 @@ class Engine:
         engine.stats                   # Stats: steps, tokens computed and drawn, blocks now
 
     num_blocks: the pool's size (default: room for 16,384 positions, or the context if longer);
-    max_batch_tokens: the positions a step computes at most; prefix_caching: share full blocks
-    between requests that start alike. A request that could pass the context or the pool is
-    refused (the engine does not slide the window)."""
+    max_batch_tokens: the positions a step computes at most, max_prefill_tokens the prompt ones
+    beside decoding rows (None: all); prefix_caching: share full blocks between requests that
+    start alike. A request that could pass the context or the pool is refused (no sliding)."""
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None,
-                 max_batch_tokens: int = 512, prefix_caching: bool = True):
+                 max_batch_tokens: int = 512, prefix_caching: bool = True,
+                 max_prefill_tokens: int | None = 128):
         cfg = model.config
         for name, value in (("block_size", block_size), ("max_batch_tokens", max_batch_tokens),
-                            ("num_blocks", 1 if num_blocks is None else num_blocks)):
+                            ("num_blocks", 1 if num_blocks is None else num_blocks),
+                            ("max_prefill_tokens", max_prefill_tokens or 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
         num_blocks = num_blocks or blocks_for(max(cfg.context_length, 2 ** 14), block_size)
@@ -91,13 +95,14 @@ class Engine:
         # model.zeros: pages untouched until a block is written (the fast model's: ordinary ones)
         shape = (cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         self.block_manager = BlockManager(model.zeros(shape), model.zeros(shape), prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length)
+        self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length,
+                                   max_prefill_tokens)
         self.requests = {}  # id -> Request, until it finishes
         self.next_id, self.counts = 0, Stats()  # the engine's own counts (stats adds the rest)
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
-                    **knobs) -> int:
+                    top_logprobs: int = 0, process=None, **knobs) -> int:
         """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id.
         draft: decode with speculative decoding, guesses from a draft model or "ngram", k a
         round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens)."""
@@ -119,7 +124,7 @@ class Engine:
         speculation = None if draft is None else Speculation.make(
             draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
-                          logprobs, stop_text, speculation)
+                          logprobs, top_logprobs, process, stop_text, speculation)
         self.requests[request.id] = request
         self.scheduler.waiting.append(request)
         self.next_id += 1
@@ -192,11 +197,17 @@ class Engine:
         self.block_manager.cache_full_blocks(request)
 
     def _draw(self, request: Request, logits) -> tuple[list, list | None]:
-        """([the next token], [its ScoredToken] if asked), drawn as generate draws it."""
-        sampling = request.config.sampling
-        probs = filtered_probs(logits[None], sampling, np.array([request.text]))  # (1, V)
-        token = int(choose(probs, sampling, request.rng)[0])
-        return [token], (score(probs, logits[None], [token]) if request.logprobs else None)
+        """([the next token], [its ScoredToken + top entries] if asked), as generate draws."""
+        logits = logits if request.process is None else request.process(request, logits)
+        probs = filtered_probs(logits[None], request.config.sampling, np.array([request.text]))
+        token = int(choose(probs, request.config.sampling, request.rng)[0])
+        if not request.logprobs:
+            return [token], None
+        with np.errstate(divide="ignore"):  # p = 0: ln p = -inf, never listed
+            logp = log_softmax(logits) if request.logprobs == "raw" else np.log(probs[0])
+        best = np.argsort(-logp, kind="stable")[:request.top_logprobs]  # ties: lowest id
+        top = tuple((int(t), float(logp[t])) for t in best if np.isfinite(logp[t]))
+        return [token], [(*score(probs, logits[None], [token])[0], top)]
 
     def _emit(self, request: Request, token: int, scored) -> Output:
         """The text grows by `token` (scored: its ScoredToken, if asked); it may finish."""
@@ -211,5 +222,5 @@ class Engine:
         if reason is not None:
             del self.requests[request.id]
             self.scheduler.finish(request)
-        logprob, raw = (None, None) if scored is None else scored[1:]
-        return Output(request.id, token, logprob, reason is not None, reason, raw)
+        logprob, raw, top = (*scored[1:], None)[:3] if scored else (None, None, None)
+        return Output(request.id, token, logprob, reason is not None, reason, raw, top)

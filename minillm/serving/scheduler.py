@@ -8,6 +8,8 @@ drawn); reading its prompt, more. Each step, within `max_batch_tokens`:
     2. running requests still reading their prompt take the next chunk of it (chunked prefill);
     3. waiting requests join, oldest first, each with a first chunk, while the budget and the
        blocks last (a joining request first reuses the cached blocks its text starts with).
+Beside decoding rows, chunks of prompts (2 and 3) take at most `max_prefill_tokens` in all: a
+decoding row then waits for that many prompt positions at most, not the whole budget.
 
 A chunk needs blocks for its new positions (block_manager.py). When none can be handed out,
 the newest running request is preempted: its blocks go back and it waits at the head of the
@@ -30,12 +32,15 @@ class Request:
     prompt_length: int
     config: object  # a GenerationConfig
     rng: np.random.Generator
-    logprobs: bool = False
+    logprobs: bool | str = False  # "raw": Output.top from the model's own logits, not the knobs'
+    top_logprobs: int = 0  # with logprobs, each Output lists this many most likely tokens
+    process: object = None  # (request, logits) -> logits, before the knobs: a caller's bias
     stop_text: object = None  # the new text decoded so far, when stop strings are watched
     speculation: object = None  # speculative decoding's drafter and k (speculative.py)
     table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
     computed: int = 0  # positions [0, computed) are in the blocks
     new_tokens: int = 0
+    cached_tokens: int = 0  # prompt positions found in the prefix cache when it last joined
 
     @property
     def to_compute(self) -> int:
@@ -54,9 +59,11 @@ class Scheduler:
     """The waiting queue (oldest first) and the running requests (in the order they joined),
     and the blocks they hold."""
 
-    def __init__(self, block_manager, max_batch_tokens: int, context_length: int):
+    def __init__(self, block_manager, max_batch_tokens: int, context_length: int,
+                 max_prefill_tokens: int | None = None):
         self.block_manager = block_manager
         self.max_batch_tokens, self.context_length = max_batch_tokens, context_length
+        self.max_prefill_tokens = max_prefill_tokens or max_batch_tokens
         self.waiting, self.running = deque(), []
         self.preemptions = 0
         self.prompt_tokens_reused = 0  # prompt positions found in the prefix cache
@@ -74,25 +81,29 @@ class Scheduler:
         chunks is read alone, so that its blocks are cached before the next requests come."""
         budget, work = self.max_batch_tokens, []
         manager, W = self.block_manager, self.context_length
+        decoding = any(r.to_compute == 1 for r in self.running)
+        prefill = min(budget, self.max_prefill_tokens) if decoding else budget  # <= budget
         for request in list(self.running):  # oldest first: the decoding ones come first
             if request not in self.running or budget == 0:  # preempted, or no budget left
                 break
-            n = request.chunk(budget, W)
+            reading = request.to_compute > 1
+            n = request.chunk(prefill if reading else budget, W)
             if n and self.make_room(request, n):  # else it waits, or gave way itself
                 work.append((request, n))
-                budget -= n
-        while self.waiting and budget > 0 and all(n >= r.to_compute for r, n in work):
+                budget, prefill = budget - n, min(budget - n, prefill - n * reading)
+        while self.waiting and prefill > 0 and all(n >= r.to_compute for r, n in work):
             request = self.waiting[0]
             manager.reuse_prefix(request)
-            n = request.chunk(budget, W)
+            n = request.chunk(prefill, W)
             if n == 0 or not manager.can_allocate(request, n):
                 manager.release(request)  # no room: it waits, holding nothing
                 break
             self.running.append(self.waiting.popleft())
-            self.prompt_tokens_reused += min(request.computed, request.prompt_length)
+            request.cached_tokens = min(request.computed, request.prompt_length)
+            self.prompt_tokens_reused += request.cached_tokens
             manager.allocate(request, n)
             work.append((request, n))
-            budget -= n
+            budget, prefill = budget - n, prefill - n
         return work
 
     def make_room(self, request: Request, n: int) -> bool:

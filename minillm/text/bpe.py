@@ -16,6 +16,7 @@ ids with a rank and the id of the joined token. As a dict of string pairs a merg
 """
 from array import array
 from bisect import bisect_left
+from heapq import heapify, heappop, heappush
 from itertools import repeat
 from operator import add, itemgetter
 
@@ -241,30 +242,44 @@ class MergeTable:
 
 
 def merge_word(symbols, merges):
-    """The symbols left after joining the lowest-ranked adjacent pair (every occurrence of it,
-    left to right) until no pair is ranked."""
-    while len(symbols) > 1:
-        found = merges.find_adjacent(symbols)  # rank * JOIN + join of each pair
-        best = min(found)
-        if best == merges.nothing:  # no pair is merged
-            break
-        i = found.index(best)
-        symbols = _merge_pair(symbols, (symbols[i], symbols[i + 1]), best % JOIN)
-    return symbols
+    """The symbols left after joining the lowest-ranked adjacent pair (of equal pairs, the
+    leftmost first) until no pair is ranked: in O(n log n) for a word of n symbols.
 
+    A heap holds every adjacent pair that merges, as (find's number, left position): the
+    lowest rank first, then the leftmost. The symbols form a linked list over their first
+    positions, so a join only relinks its neighbours and pushes the two pairs it makes; a pair
+    that a join has made stale (one of its sides changed since) is skipped when it comes up.
+    Joining the best pair's occurrences one at a time, left to right, is joining them all in
+    one pass, as the merge rules are written."""
+    if len(symbols) < 2:
+        return symbols
+    symbols = list(symbols)
+    following = list(range(1, len(symbols))) + [-1]  # the linked list: -1 past either end
+    preceding = list(range(-1, len(symbols) - 1))
+    nothing = merges.nothing
+    heap = [(number, i, symbols[i], symbols[i + 1])
+            for i, number in enumerate(merges.find_adjacent(symbols)) if number != nothing]
+    heapify(heap)
 
-def _merge_pair(symbols, pair, joined):
-    """Replace every non-overlapping occurrence of ``pair``, left to right, by ``joined``."""
-    left, right = pair
-    merged, i = [], 0
-    while i < len(symbols):
-        if i + 1 < len(symbols) and symbols[i] == left and symbols[i + 1] == right:
-            merged.append(joined)
-            i += 2
-        else:
-            merged.append(symbols[i])
-            i += 1
-    return merged
+    def push(left):
+        right = following[left] if left >= 0 else -1
+        if right >= 0:
+            number = merges.find(symbols[left], symbols[right])
+            if number != nothing:
+                heappush(heap, (number, left, symbols[left], symbols[right]))
+
+    while heap:
+        number, left, left_symbol, right_symbol = heappop(heap)
+        right = following[left]
+        if symbols[left] != left_symbol or right < 0 or symbols[right] != right_symbol:
+            continue  # stale: a side has been joined to another symbol since
+        symbols[left], symbols[right] = number % JOIN, None
+        following[left] = following[right]
+        if following[right] >= 0:
+            preceding[following[right]] = left
+        push(preceding[left])
+        push(left)
+    return [s for s in symbols if s is not None]
 
 
 def byte_level_bpe(word, vocab, merges, ignore_merges=False):
