@@ -304,7 +304,7 @@ def test_a_cache_hit_that_changes_a_reply_fails_the_prefix_caching_check(served)
         return reply
 
     with Proxy(served, edit_reply=stale) as wrong:
-        with pytest.raises(AssertionError, match="after others sharing its prefix"):
+        with pytest.raises(AssertionError, match="again after others sharing its prefix"):
             api.check_api_prefix_caching(wrong)
 
 

@@ -338,18 +338,24 @@ def check_api_sampler(server: Server, prompt: str | None = None,
     whose draws follow the other convention (stated "raw" for "filtered", or back) says so."""
     fields = dict(max_tokens=1, temperature=temperature, top_p=top_p, **(extra or {}))
     try:
-        best = None
+        best, why = None, ""
         for candidate in (SAMPLER_PROMPTS if prompt is None else (prompt,)):
             top = complete(server, candidate, logprobs=logprobs, seed=seed,
                            **fields).choices[0].top
             if not top or not top[0]:
                 return unsupported("sampler", "the reply lists no top log-probabilities")
-            names, p = stated_probs(top[0], temperature, top_p, stated)
+            try:
+                names, p = stated_probs(top[0], temperature, top_p, stated)
+            except ValueError as error:  # this prompt's list is too short: the next
+                why = f"{error} (prompt {candidate!r})"
+                continue
             seen = temperature_power(p, draws)
             if best is None or seen > best[0]:
                 best = (seen, candidate, top[0], names, p)
             if seen >= power:
                 break
+        if best is None:
+            return unsupported("sampler", why)
         seen, prompt, top, names, p = best
         drawn = [choice for i in range(0, draws, n) for choice in complete(
             server, prompt, logprobs=1, seed=seed + 1 + i, n=min(n, draws - i), **fields).choices]

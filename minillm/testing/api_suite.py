@@ -278,7 +278,9 @@ def check_api_chat(server: Server, render, conversations=CONVERSATIONS, max_toke
     for n, messages in enumerate(conversations):
         prompt = render(messages)
         prompt = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
-        try:
+        try:  # the completion first, so that on a server that keeps the last prompt's cache
+            # (llama-cpp-python) both read it alike: what a cache changes is the prefix check's
+            complete(server, prompt, **fields, **(completion_extra or {}))
             answer = chat(server, messages, **fields).choices[0]
             completed = complete(server, prompt, **fields, **(completion_extra or {})).choices[0]
         except APIError as error:
@@ -296,22 +298,25 @@ def check_api_chat(server: Server, render, conversations=CONVERSATIONS, max_toke
     return APIReport("chat", True, len(conversations), worst, where)
 
 
-def long_text(words: int) -> str:
-    """A deterministic text of about `words` words: numbered sentences of the prompts."""
-    return " ".join(f"{i}. {PROMPTS[i % len(PROMPTS)]}." for i in range(1 + words // 5))
+def long_text(words: int, lead: str) -> str:
+    """A deterministic text of about `words` words: `lead`, then numbered sentences of the
+    prompts (each case its own lead, so that it shares no prefix with the one before)."""
+    return lead + ": " + " ".join(f"{i}. {PROMPTS[i % len(PROMPTS)]}."
+                                  for i in range(1 + words // 5))
 
 
 def text_past(server: Server, budget: int, extra: dict) -> tuple[str, int | None]:
-    """The shortest long_text of budget / 4 words doubled until the server counts more than
-    `budget` prompt tokens (usage), and that count (None where the server gives none)."""
+    """A long_text (lead "Story") of budget / 4 words doubled until the server counts more
+    than budget + 8 prompt tokens (usage) for it under another lead (so that the text itself
+    stays unread), and that count (None where the server gives none)."""
     words = max(4, budget // 4)
     for _ in range(8):
-        text = long_text(words)
-        counted = complete(server, text, max_tokens=1, **GREEDY, **extra).prompt_tokens
-        if counted is None or counted > budget:
-            return text, counted
+        counted = complete(server, long_text(words, "Count"), max_tokens=1, **GREEDY,
+                           **extra).prompt_tokens
+        if counted is None or counted > budget + 8:
+            break
         words *= 2
-    return text, counted
+    return long_text(words, "Story"), counted
 
 
 def check_api_prefix_caching(server: Server, prefix_words: int = 40,
@@ -319,27 +324,30 @@ def check_api_prefix_caching(server: Server, prefix_words: int = 40,
                              logprobs: int = 5, atol: float = 0.0,
                              extra: dict | None = None) -> APIReport:
     """A request on a long prefix, first of its kind; then requests sharing the prefix (a
-    prefix cache now holds it); then the first request again, and again among concurrent ones
-    that share the prefix: each what the first reply said (text, tokens, log-probabilities
+    prefix cache now holds it); then the first request again, right after itself (all of it
+    cached but what must be recomputed), and among concurrent ones that share the prefix:
+    each what the first reply said (text, tokens, log-probabilities
     within atol). budget: the tokens a step computes at most: a prompt longer than it (read in
     chunks, chunked prefill) asked cold, again (from the cache) and among others: the same.
     The report says how many prompt tokens the server's counters (minillm serve's
-    /debug/stats) show reused, where it has them."""
+    /debug/stats) show reused, where it has them. The texts are fixed (a replay asks the same):
+    a server that still caches them from an earlier run reads the first request from its cache
+    too, and the check then compares cached with cached."""
     fields = dict(max_tokens=max_tokens, logprobs=logprobs, **GREEDY, **(extra or {}))
-    prefix = long_text(prefix_words)
+    prefix = long_text(prefix_words, "Notes")
     first, others = prefix + " " + PROMPTS[0], [prefix + " " + p for p in PROMPTS[1:]]
-    cases = [("the same request after others sharing its prefix", first, others)]
+    cases = [("a request on a long prefix", first, others)]
     before = counters(server)
-    if budget is not None:
+    if budget is not None:  # counted first, so that nothing in between shares the texts
         try:
             long, counted = text_past(server, budget, extra or {})
         except APIError as error:
             return unsupported("prefix caching", f"request refused: {error}")
-        if counted is not None and counted <= budget:
+        if counted is not None and counted <= budget + 8:
             return unsupported("prefix caching", f"no text of {counted} tokens or fewer passes "
                                f"the budget {budget}")
         cases.append((f"a prompt of {counted or 'more'} tokens (past the step budget "
-                      f"{budget}), again", long, [long + " " + p for p in PROMPTS[:2]]))
+                      f"{budget})", long, [long + " " + p for p in PROMPTS[:2]]))
     worst, where, count, line = 0.0, "", 0, replay(
         "check_api_prefix_caching", server, prefix_words=prefix_words, budget=budget,
         max_tokens=max_tokens, logprobs=logprobs, atol=atol, extra=extra)
@@ -349,11 +357,14 @@ def check_api_prefix_caching(server: Server, prefix_words: int = 40,
             for other in sharing:
                 complete(server, other, **fields)
             again = complete(server, prompt, **fields).choices[0]
+            twice = complete(server, prompt, **fields).choices[0]
             crowd = complete_together(server, [(prompt, fields)] + [(p, fields)
                                                                     for p in sharing])[0]
         except APIError as error:
             return unsupported("prefix caching", f"request refused: {error}")
-        for label, later in ((what, again), (what + ", among concurrent ones", crowd.choices[0])):
+        for label, later in ((what + ", again after others sharing its prefix", again),
+                             (what + ", right after itself", twice),
+                             (what + ", among concurrent ones sharing it", crowd.choices[0])):
             count += 1
             try:
                 gap, at = same_choice(cold.choices[0], later, f"cold vs {label}", atol)
