@@ -326,9 +326,9 @@ def check_api_prefix_caching(server: Server, prefix_words: int = 40,
     """A request on a long prefix, first of its kind; then requests sharing the prefix (a
     prefix cache now holds it); then the first request again, right after itself (all of it
     cached but what must be recomputed), and among concurrent ones that share the prefix:
-    each what the first reply said (text, tokens, log-probabilities
-    within atol). budget: the tokens a step computes at most: a prompt longer than it (read in
-    chunks, chunked prefill) asked cold, again (from the cache) and among others: the same.
+    each what the first reply said (text, tokens, log-probabilities within atol). budget: the
+    tokens a step computes at most: a prompt longer than it (read in chunks, chunked prefill)
+    asked cold, then the same three ways: the same.
     The report says how many prompt tokens the server's counters (minillm serve's
     /debug/stats) show reused, where it has them. The texts are fixed (a replay asks the same):
     a server that still caches them from an earlier run reads the first request from its cache
