@@ -13,7 +13,8 @@
                      state, by Pearson's chi-square (false-alarm rate FALSE_ALARM)
 
 The checks servers' own suites run (streaming, stop, n, token prompts, chat, prefix caching)
-are in minillm.testing.api_suite, and answer here too (api.check_api_streaming, ...).
+are in minillm.testing.api_suite, and answer here too (api.check_api_streaming, ...); the
+report and the comparison they share in minillm.testing.api_common.
 
 Each returns an APIReport. A check whose request the server refuses, or whose reply lacks what
 the check needs (no log-probabilities, no echo), is `supported=False` with the reason: not a
@@ -28,80 +29,15 @@ to the listed tokens, the temperature last, as llama.cpp does).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .adapters.openai import APIError, Server, complete, complete_together, counters
+from .api_common import PROMPTS, APIReport, compare_choices, fail, replay, unsupported
+from .api_suite import (CONVERSATIONS, check_api_chat, check_api_n, check_api_prefix_caching,
+                        check_api_stop, check_api_streaming, check_api_token_prompts)
 from .sampler import assert_draws_follow
 from .stats import (FALSE_ALARM, power_by_noncentral_approximation,
                     smallest_detectable_tv)
-
-PROMPTS = ("In the beginning", "The capital of France is", "1, 2, 3, 4,",
-           "Once upon a time, there was")
-
-
-@dataclass(frozen=True)
-class APIReport:
-    """What an API check saw: whether the server supports it (`reason` if not), how many
-    cases (requests compared) ran, the largest difference and where (`worst`). For the
-    sampler: the draws, and the largest difference between a token's share of them and its
-    stated probability (the chi-square statistic in `worst`)."""
-
-    check: str
-    supported: bool
-    cases: int = 0
-    max_diff: float = 0.0
-    worst: str = ""
-    reason: str = ""
-    note: str = ""  # what the pass means: "not batched: nothing overlapped", the test's power
-
-    def __str__(self) -> str:
-        if not self.supported:
-            return f"{self.check}: unsupported by this server ({self.reason})"
-        return (f"{self.check}: {self.cases} cases, largest difference {self.max_diff:.3g}"
-                + (f" ({self.worst})" if self.worst else "")
-                + (f"; {self.note}" if self.note else ""))
-
-
-def unsupported(check: str, reason: str) -> APIReport:
-    return APIReport(check, False, reason=reason)
-
-
-def replay(check: str, server: Server, **arguments) -> str:
-    """The one line that replays a check's failure."""
-    args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-    return (f"replay: minillm.testing.api.{check}(minillm.testing.adapters.openai.connect("
-            f"{server.url!r}, {server.model!r}){', ' if args else ''}{args})")
-
-
-def compare_choices(a, b, what: str, atol: float) -> tuple[float, str]:
-    """Two choices of the same request: their tokens must be equal, and their log-probabilities
-    and the top log-probabilities both list within atol. Returns the largest difference and
-    where; raises AssertionError naming the first token that differs."""
-    if a.tokens != b.tokens:
-        i = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
-                 min(len(a.tokens), len(b.tokens)))
-        raise AssertionError(f"{what}: the tokens differ from token {i} on: "
-                             f"{list(a.tokens[i:i + 4])} vs {list(b.tokens[i:i + 4])} (text "
-                             f"{a.text!r} vs {b.text!r})")
-    worst, where = 0.0, ""
-    for i, (x, y, tx, ty) in enumerate(zip(a.logprobs, b.logprobs, a.top, b.top)):
-        pairs = [(a.tokens[i], x, y)] + [(k, tx[k], ty[k]) for k in (tx or {}) if k in (ty or {})]
-        for token, u, v in pairs:
-            if u is None or v is None:
-                continue
-            if abs(u - v) > worst:
-                worst, where = abs(u - v), f"token {i} ({token!r}): {u:.6g} vs {v:.6g}"
-    if worst > atol:
-        raise AssertionError(f"{what}: log-probabilities differ by up to {worst:.3g} (atol "
-                             f"{atol}) at {where}")
-    return worst, where
-
-
-def fail(error: AssertionError, check: str, cases: int, case: str, line: str):
-    raise AssertionError(f"{check}: {error} [case: {case}; {cases} cases ran]\n{line}") from None
-
 
 def check_api_determinism(server: Server, prompts=PROMPTS, max_tokens: int = 16,
                           logprobs: int = 5, atol: float = 0.0, extra: dict | None = None
@@ -384,15 +320,3 @@ def check_api_sampler(server: Server, prompt: str | None = None,
                           f" caught with power 0.9" + ("" if seen >= power else
                                                        f" (under the {power} asked)"))
 
-
-SUITE = ("check_api_streaming", "check_api_stop", "check_api_n", "check_api_token_prompts",
-         "check_api_chat", "check_api_prefix_caching", "CONVERSATIONS")
-
-
-def __getattr__(name: str):
-    """api.check_api_streaming and the rest of api_suite's checks, read from there when asked
-    (api_suite builds on this module, so it cannot be imported at its top)."""
-    if name in SUITE:
-        from . import api_suite
-        return getattr(api_suite, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

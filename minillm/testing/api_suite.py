@@ -27,7 +27,7 @@ import numpy as np
 
 from .adapters.openai import (APIError, Server, chat, complete, complete_together, counters,
                               request)
-from .api import PROMPTS, APIReport, compare_choices, fail, replay, unsupported
+from .api_common import PROMPTS, APIReport, compare_choices, fail, replay, unsupported
 from .stats import FALSE_ALARM
 
 GREEDY = {"temperature": 0}
