@@ -12,6 +12,10 @@
                      top-p, against the distribution the server's own top log-probabilities
                      state, by Pearson's chi-square (false-alarm rate FALSE_ALARM)
 
+The checks servers' own suites run (streaming, stop, n, token prompts, chat, prefix caching)
+are in minillm.testing.api_suite, and answer here too (api.check_api_streaming, ...); the
+report and the comparison they share in minillm.testing.api_common.
+
 Each returns an APIReport. A check whose request the server refuses, or whose reply lacks what
 the check needs (no log-probabilities, no echo), is `supported=False` with the reason: not a
 pass. A difference raises AssertionError saying what differed, where, how many cases ran and
@@ -25,77 +29,15 @@ to the listed tokens, the temperature last, as llama.cpp does).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from .adapters.openai import APIError, Server, complete, complete_together
+from .adapters.openai import APIError, Server, complete, complete_together, counters
+from .api_common import PROMPTS, APIReport, compare_choices, fail, replay, unsupported
+from .api_suite import (CONVERSATIONS, check_api_chat, check_api_n, check_api_prefix_caching,
+                        check_api_stop, check_api_streaming, check_api_token_prompts)
 from .sampler import assert_draws_follow
-from .stats import FALSE_ALARM
-
-PROMPTS = ("In the beginning", "The capital of France is", "1, 2, 3, 4,",
-           "Once upon a time, there was")
-
-
-@dataclass(frozen=True)
-class APIReport:
-    """What an API check saw: whether the server supports it (`reason` if not), how many
-    cases (requests compared) ran, the largest difference and where (`worst`). For the
-    sampler: the draws, and the largest difference between a token's share of them and its
-    stated probability (the chi-square statistic in `worst`)."""
-
-    check: str
-    supported: bool
-    cases: int = 0
-    max_diff: float = 0.0
-    worst: str = ""
-    reason: str = ""
-
-    def __str__(self) -> str:
-        if not self.supported:
-            return f"{self.check}: unsupported by this server ({self.reason})"
-        return (f"{self.check}: {self.cases} cases, largest difference {self.max_diff:.3g}"
-                + (f" ({self.worst})" if self.worst else ""))
-
-
-def unsupported(check: str, reason: str) -> APIReport:
-    return APIReport(check, False, reason=reason)
-
-
-def replay(check: str, server: Server, **arguments) -> str:
-    """The one line that replays a check's failure."""
-    args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-    return (f"replay: minillm.testing.api.{check}(minillm.testing.adapters.openai.connect("
-            f"{server.url!r}, {server.model!r}){', ' if args else ''}{args})")
-
-
-def compare_choices(a, b, what: str, atol: float) -> tuple[float, str]:
-    """Two choices of the same request: their tokens must be equal, and their log-probabilities
-    and the top log-probabilities both list within atol. Returns the largest difference and
-    where; raises AssertionError naming the first token that differs."""
-    if a.tokens != b.tokens:
-        i = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
-                 min(len(a.tokens), len(b.tokens)))
-        raise AssertionError(f"{what}: the tokens differ from token {i} on: "
-                             f"{list(a.tokens[i:i + 4])} vs {list(b.tokens[i:i + 4])} (text "
-                             f"{a.text!r} vs {b.text!r})")
-    worst, where = 0.0, ""
-    for i, (x, y, tx, ty) in enumerate(zip(a.logprobs, b.logprobs, a.top, b.top)):
-        pairs = [(a.tokens[i], x, y)] + [(k, tx[k], ty[k]) for k in (tx or {}) if k in (ty or {})]
-        for token, u, v in pairs:
-            if u is None or v is None:
-                continue
-            if abs(u - v) > worst:
-                worst, where = abs(u - v), f"token {i} ({token!r}): {u:.6g} vs {v:.6g}"
-    if worst > atol:
-        raise AssertionError(f"{what}: log-probabilities differ by up to {worst:.3g} (atol "
-                             f"{atol}) at {where}")
-    return worst, where
-
-
-def fail(error: AssertionError, check: str, cases: int, case: str, line: str):
-    raise AssertionError(f"{check}: {error} [case: {case}; {cases} cases ran]\n{line}") from None
-
+from .stats import (FALSE_ALARM, power_by_noncentral_approximation,
+                    smallest_detectable_tv)
 
 def check_api_determinism(server: Server, prompts=PROMPTS, max_tokens: int = 16,
                           logprobs: int = 5, atol: float = 0.0, extra: dict | None = None
@@ -119,6 +61,28 @@ def check_api_determinism(server: Server, prompts=PROMPTS, max_tokens: int = 16,
     return APIReport("determinism", True, len(prompts), worst, where)
 
 
+def overlap_by_counters(before: dict, after: dict) -> tuple[bool, str]:
+    """Whether a step computed two requests at once, from the server's counters before and
+    after (minillm serve's steps and decode_tokens): more tokens drawn than steps run means
+    some step drew for two requests."""
+    steps = after.get("steps", 0) - before.get("steps", 0)
+    drawn = after.get("decode_tokens", 0) - before.get("decode_tokens", 0)
+    return drawn > steps, f"{drawn} tokens drawn in {steps} steps by the server's counters"
+
+
+def overlap_by_times(replies) -> tuple[bool, str]:
+    """Whether two replies were computed at once, from when their first and last tokens came
+    (a whole reply: when it came): a server that runs one request at a time sends each
+    request's tokens after the previous one's last, so no two intervals interleave."""
+    spans = sorted((r.first, r.last) for r in replies if r.first is not None)
+    latest = None
+    for first, last in spans:
+        if latest is not None and first < latest:
+            return True, "the replies' tokens interleaved in time"
+        latest = last if latest is None else max(latest, last)
+    return False, "each reply's tokens came after the previous one's last"
+
+
 def check_api_batch_invariance(server: Server, prompts=PROMPTS, others: int = 7,
                                max_tokens: int = 16, logprobs: int = 5, atol: float = 0.0,
                                sampling: dict | None = None, extra: dict | None = None
@@ -127,18 +91,31 @@ def check_api_batch_invariance(server: Server, prompts=PROMPTS, others: int = 7,
     lengths, so that a batching server mixes prefill and decode): the same tokens and
     log-probabilities within atol. sampling: the knobs of every request (default greedy;
     {"temperature": 1.0, "seed": 1} makes a server that reports the drawn distribution, as
-    minillm serve does, report the model's own log-probabilities)."""
+    minillm serve does, report the model's own log-probabilities).
+
+    Whether the requests overlapped on the server is found out, and a pass where none did says
+    "not batched: nothing overlapped" (it showed nothing about batching): by the server's
+    counters where it has them (minillm serve's /debug/stats: more tokens drawn than steps),
+    else by streaming the others and reading when each reply's first and last tokens came."""
     knobs = dict(sampling or {"temperature": 0})
     fields = dict(max_tokens=max_tokens, logprobs=logprobs, **knobs, **(extra or {}))
     crowd = [(" ".join([p] * (1 + i % 3)), dict(fields, max_tokens=max_tokens + 1 + i))
              for i, p in enumerate((PROMPTS * others)[:others])]
-    worst, where = 0.0, ""
+    worst, where, overlaps, evidence = 0.0, "", 0, ""
     for n, prompt in enumerate(prompts):
+        before = counters(server)
+        streamed = [(p, dict(f, stream=True)) for p, f in crowd] if before is None else crowd
         try:
             alone = complete(server, prompt, **fields).choices[0]
-            together = complete_together(server, [(prompt, fields)] + crowd)[0].choices[0]
+            before = counters(server)
+            replies = complete_together(server, [(prompt, fields)] + streamed)
+            after = counters(server)
         except APIError as error:
             return unsupported("batch", f"request refused: {error}")
+        together = replies[0].choices[0]
+        seen, evidence = (overlap_by_counters(before, after) if None not in (before, after)
+                          else overlap_by_times(replies))
+        overlaps += seen
         try:
             gap, at = compare_choices(alone, together, f"alone vs among {others} concurrent "
                                       "requests", atol)
@@ -149,7 +126,9 @@ def check_api_batch_invariance(server: Server, prompts=PROMPTS, others: int = 7,
                         sampling=sampling, extra=extra))
         if gap >= worst:
             worst, where = gap, f"prompt {prompt!r}, {at}" if at else ""
-    return APIReport("batch invariance", True, len(prompts), worst, where)
+    note = (f"not batched: nothing overlapped ({evidence})" if not overlaps else
+            f"batched: {overlaps} of {len(prompts)} rounds overlapped ({evidence}, the last)")
+    return APIReport("batch invariance", True, len(prompts), worst, where, note=note)
 
 
 def shifted_hint(completion, echoed) -> str:
@@ -235,45 +214,109 @@ def stated_distribution(top: dict, temperature: float, top_p: float, stated: str
     return dict(zip(tokens[:kept], e / e.sum()))
 
 
-def check_api_sampler(server: Server, prompt: str = "In the beginning",
+SAMPLER_PROMPTS = PROMPTS + ("I like to eat", "My favourite colour is", "She opened the door and")
+
+
+def temperature_power(p, draws: int, off: float = 1.25) -> float:
+    """The chi-square test's power, over `draws` draws, against the same tokens drawn at a
+    temperature `off` times too high or too low (p^(1/off) or p^off renormalized, whichever is
+    caught less often): what a prompt's stated distribution lets the check see."""
+    if (p * draws >= 5.0).sum() < 2:
+        return 0.0  # one category (pooled ones too): nothing to tell apart
+    power = 1.0
+    for exponent in (1 / off, off):
+        q = p ** exponent
+        power = min(power, power_by_noncentral_approximation(p, q / q.sum(), draws))
+    return power
+
+
+def stated_probs(top: dict, temperature: float, top_p: float, stated: str):
+    """(token names with "(any other token)" last, their probabilities) as the chi-square
+    test takes them: the list leaves the rest of the mass to any other token (0 below 1e-6)."""
+    probs = stated_distribution(top, temperature, top_p, stated)
+    names = list(probs) + ["(any other token)"]
+    p = np.array(list(probs.values()) + [max(0.0, 1.0 - sum(probs.values()))])
+    p[-1] = 0.0 if p[-1] < 1e-6 else p[-1]
+    return names, p / p.sum()
+
+
+def other_convention(top, drawn, temperature, top_p, stated) -> str:
+    """A hint when the draws that failed under `stated` follow the other convention."""
+    other = "raw" if stated == "filtered" else "filtered"
+    try:
+        names, p = stated_probs(top, temperature, top_p, other)
+        index = {t: i for i, t in enumerate(names[:-1])}
+        assert_draws_follow(np.array([index.get(c.tokens[0] if c.tokens else None,
+                                                len(names) - 1) for c in drawn]), p, names)
+    except (AssertionError, ValueError):
+        return ""
+    what = ("the model's own, the knobs applied by the check" if other == "raw" else
+            "the drawn distribution, every knob applied by the server")
+    return (f"; hint: the same draws follow stated={other!r} ({what}): this server's "
+            f"log-probabilities look like that convention's, try stated={other!r}")
+
+
+def check_api_sampler(server: Server, prompt: str | None = None,
                       temperature: float = 0.8, top_p: float = 0.9, draws: int = 400,
                       seed: int = 0, stated: str = "filtered", logprobs: int = 20, n: int = 1,
-                      extra: dict | None = None) -> APIReport:
+                      power: float = 0.9, extra: dict | None = None) -> APIReport:
     """`draws` one-token requests with seeds seed, seed + 1, ...: the tokens drawn must follow
     the distribution stated by the server's top log-probabilities (one request, logprobs =
     `logprobs`), by a chi-square test at the false-alarm rate FALSE_ALARM (categories expected
     fewer than 5 times pooled; a token outside the list is its own category, of the mass the
     list leaves, 0 when the list holds it all: then any such draw fails). n: choices per
     request, for a server whose choice i of a request draws with seed + i (minillm serve); a
-    server that ignores `n` answers fewer draws, which the report counts."""
+    server that ignores `n` answers fewer draws, which the report counts.
+
+    The prompt (None: the first of SAMPLER_PROMPTS whose stated distribution gives the test
+    `power` against a temperature 25% off, else the one of most power) and the test's power
+    are in the report's note: a distribution of two tokens, one near 1, shows little. A failure
+    whose draws follow the other convention (stated "raw" for "filtered", or back) says so."""
     fields = dict(max_tokens=1, temperature=temperature, top_p=top_p, **(extra or {}))
     try:
-        top = complete(server, prompt, logprobs=logprobs, seed=seed, **fields).choices[0].top
-        if not top or not top[0]:
-            return unsupported("sampler", "the reply lists no top log-probabilities")
-        probs = stated_distribution(top[0], temperature, top_p, stated)
+        best, why = None, ""
+        for candidate in (SAMPLER_PROMPTS if prompt is None else (prompt,)):
+            top = complete(server, candidate, logprobs=logprobs, seed=seed,
+                           **fields).choices[0].top
+            if not top or not top[0]:
+                return unsupported("sampler", "the reply lists no top log-probabilities")
+            try:
+                names, p = stated_probs(top[0], temperature, top_p, stated)
+            except ValueError as error:  # this prompt's list is too short: the next
+                why = f"{error} (prompt {candidate!r})"
+                continue
+            seen = temperature_power(p, draws)
+            if best is None or seen > best[0]:
+                best = (seen, candidate, top[0], names, p)
+            if seen >= power:
+                break
+        if best is None:
+            return unsupported("sampler", why)
+        seen, prompt, top, names, p = best
         drawn = [choice for i in range(0, draws, n) for choice in complete(
             server, prompt, logprobs=1, seed=seed + 1 + i, n=min(n, draws - i), **fields).choices]
     except APIError as error:
         return unsupported("sampler", f"request refused: {error}")
     except ValueError as error:
         return unsupported("sampler", str(error))
-    names = list(probs) + ["(any other token)"]
-    p = np.array(list(probs.values()) + [max(0.0, 1.0 - sum(probs.values()))])
-    p[-1] = 0.0 if p[-1] < 1e-6 else p[-1]
-    index = {t: i for i, t in enumerate(probs)}
+    index = {t: i for i, t in enumerate(names[:-1])}
     ids = np.array([index.get(c.tokens[0] if c.tokens else None, len(names) - 1) for c in drawn])
     try:
-        result = assert_draws_follow(ids, p / p.sum(), names)
+        result = assert_draws_follow(ids, p, names)
     except AssertionError as error:
         raise AssertionError(
             f"sampler at temperature {temperature}, top_p {top_p}, prompt {prompt!r}: {error} "
-            f"[{len(ids)} draws]\n" + replay("check_api_sampler", server, prompt=prompt,
-                                          temperature=temperature, top_p=top_p, draws=draws,
-                                          seed=seed, stated=stated, extra=extra)
+            f"[{len(ids)} draws]{other_convention(top, drawn, temperature, top_p, stated)}\n"
+            + replay("check_api_sampler", server, prompt=prompt, temperature=temperature,
+                     top_p=top_p, draws=draws, seed=seed, stated=stated, extra=extra)
         ) from None
     share = np.bincount(ids, minlength=len(p)) / len(ids)
-    return APIReport("sampler", True, len(ids), float(np.abs(share - p / p.sum()).max()),
+    return APIReport("sampler", True, len(ids), float(np.abs(share - p).max()),
                      f"chi-square {result['statistic']:.1f} < {result['critical']:.1f} (df "
-                     f"{result['df']}, false-alarm rate {FALSE_ALARM}), {len(probs)} tokens "
-                     "stated")
+                     f"{result['df']}, false-alarm rate {FALSE_ALARM}), {len(names) - 1} tokens "
+                     "stated",
+                     note=f"prompt {prompt!r}: power {seen:.2f} against a temperature 25% off, "
+                          f"a total-variation error of {smallest_detectable_tv(p, len(ids)):.2f}"
+                          f" caught with power 0.9" + ("" if seen >= power else
+                                                       f" (under the {power} asked)"))
+

@@ -25,10 +25,12 @@ from minillm.files import model_from_gguf  # noqa: E402
 from minillm.serve import start  # noqa: E402
 from minillm.testing import api  # noqa: E402
 from minillm.testing.adapters.openai import connect  # noqa: E402
+from minillm.text.chat_template import chat_prompt_ids  # noqa: E402
 
 # llama-cpp-python's server samples with top_k 40, min_p 0.05 and a repeat penalty of 1.1 unless
 # told otherwise: off here, so that its knobs are the ones the checks name.
 LLAMA_OFF = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+N_BATCH = 64  # the tokens llama.cpp computes per call: a longer prompt is read in chunks
 
 
 def free_port() -> int:
@@ -42,7 +44,8 @@ def llama_server():
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", GGUF, "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1"],
+         "--port", str(port), "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1",
+         "--n_batch", str(N_BATCH)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -63,7 +66,7 @@ def llama_server():
 @pytest.fixture(scope="module")
 def minillm_server():
     with minillm.threads(1):  # the engine's thread computes inside it: one BLAS thread
-        running = start(model_from_gguf(GGUF), name="smollm2")
+        running = start(model_from_gguf(GGUF), name="smollm2", max_batch_tokens=N_BATCH)
         yield connect(running.url + "/v1", timeout=120)
         running.stop()
 
@@ -77,6 +80,54 @@ def test_llama_cpp_server_is_deterministic_batch_invariant_and_samples_as_it_sta
                api.check_api_sampler(llama_server, draws=150, stated="raw", extra=LLAMA_OFF)]
     print("\nllama-cpp-python's server:\n" + "\n".join(map(str, reports)))
     assert all(r.supported and r.cases > 0 for r in reports)
+    assert reports[1].note.startswith("not batched: nothing overlapped")  # one at a time
+
+
+def ids_of(tokenizer):
+    return lambda text: tokenizer.encode(text, add_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return model_from_gguf(GGUF).tokenizer
+
+
+def test_llama_cpp_server_streams_stops_and_chats_as_it_answers_whole(llama_server, tokenizer):
+    reports = [api.check_api_streaming(llama_server, prompts=api.PROMPTS[:2], max_tokens=8,
+                                       extra=LLAMA_OFF),
+               api.check_api_stop(llama_server, prompts=api.PROMPTS[:2], extra=LLAMA_OFF),
+               api.check_api_chat(llama_server, lambda m: tokenizer.decode(
+                   chat_prompt_ids(tokenizer, m)), max_tokens=8, extra=LLAMA_OFF)]
+    print("\nllama-cpp-python's server:\n" + "\n".join(map(str, reports)))
+    assert all(r.supported and r.cases > 0 for r in reports)
+
+
+def test_llama_cpp_server_ignores_n_and_refuses_token_id_prompts(llama_server, tokenizer):
+    """Findings, asserted so that a changed server is noticed: `n` is dropped (one choice),
+    and a prompt of token ids is refused by the request's validation (HTTP 500)."""
+    n = api.check_api_n(llama_server, extra=LLAMA_OFF)
+    ids = api.check_api_token_prompts(llama_server, prompts=api.PROMPTS[:1],
+                                      tokenize=ids_of(tokenizer), extra=LLAMA_OFF)
+    print(f"\nllama-cpp-python's server:\n{n}\n{str(ids).splitlines()[0]}")
+    assert not n.supported and "the reply has 1 choice" in n.reason
+    assert not ids.supported and "HTTP 500" in ids.reason
+
+
+def test_llama_cpp_server_prompt_reuse_changes_the_log_probabilities(llama_server):
+    """A finding, asserted so that a fixed server is noticed: the same request right after
+    itself, its prompt's last position recomputed alone, gives other log-probabilities than
+    when the prompt was read whole (in calls of up to N_BATCH tokens)."""
+    with pytest.raises(AssertionError, match="right after itself: log-probabilities differ"
+                       ) as e:
+        api.check_api_prefix_caching(llama_server, budget=N_BATCH, max_tokens=8,
+                                     extra=LLAMA_OFF)
+    print(f"\nllama-cpp-python's server, prefix caching: {e.value}")
+
+
+def test_llama_cpp_server_sampler_failure_says_to_try_raw(llama_server):
+    with pytest.raises(AssertionError, match="try stated='raw'") as e:
+        api.check_api_sampler(llama_server, draws=150, extra=LLAMA_OFF)
+    print(f"\nllama-cpp-python's server, stated='filtered': {str(e.value).splitlines()[0]}")
 
 
 def test_llama_cpp_server_echo_logprobs_are_shifted_one_position(llama_server):
@@ -94,5 +145,20 @@ def test_minillm_serve_on_smollm2_passes_the_api_checks(minillm_server):
                                               sampling={"temperature": 1.0, "seed": 1}),
                api.check_api_logprobs(minillm_server, prompts=api.PROMPTS[:2], atol=1e-4),
                api.check_api_sampler(minillm_server, prompt="I like to eat", draws=160, n=16)]
+    print("\nminillm serve, SmolLM2:\n" + "\n".join(map(str, reports)))
+    assert all(r.supported and r.cases > 0 for r in reports)
+
+
+def test_minillm_serve_on_smollm2_passes_the_checks_servers_suites_run(minillm_server,
+                                                                       tokenizer):
+    reports = [api.check_api_streaming(minillm_server, prompts=api.PROMPTS[:2], max_tokens=8),
+               api.check_api_stop(minillm_server, prompts=api.PROMPTS[:2]),
+               api.check_api_n(minillm_server, seed_rule="seed + i", atol=1e-4),
+               api.check_api_token_prompts(minillm_server, prompts=api.PROMPTS[:2],
+                                           tokenize=ids_of(tokenizer),
+                                           max_tokens=8),
+               api.check_api_chat(minillm_server, lambda m: chat_prompt_ids(tokenizer, m),
+                                  max_tokens=8),
+               api.check_api_prefix_caching(minillm_server, budget=N_BATCH, max_tokens=8)]
     print("\nminillm serve, SmolLM2:\n" + "\n".join(map(str, reports)))
     assert all(r.supported and r.cases > 0 for r in reports)

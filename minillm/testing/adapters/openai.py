@@ -3,6 +3,8 @@
     server = connect("http://127.0.0.1:8000/v1")              # the first model it serves
     reply = complete(server, "In the beginning", max_tokens=8, temperature=0, logprobs=5)
     reply.choices[0].tokens, reply.choices[0].logprobs, reply.choices[0].top
+    streamed = complete(server, "In the beginning", stream=True, max_tokens=8)  # the same shape
+    answer = chat(server, [{"role": "user", "content": "Hi"}], max_tokens=8, logprobs=5)
 
 A server cannot be asked for logits, only for what its API returns: text, the tokens as
 strings, each token's log-probability and the k most likely tokens at each position
@@ -15,6 +17,7 @@ own; requests go only where `url` says (a test server on 127.0.0.1), each bounde
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -46,8 +49,14 @@ class Choice:
 
 @dataclass(frozen=True)
 class Completion:
+    """A reply's choices and the prompt's length in tokens (usage); for a streamed reply, when
+    its first and last pieces of text or tokens came (time.monotonic()); a whole reply came
+    at once (first = last)."""
+
     choices: tuple
     prompt_tokens: int | None
+    first: float | None = None
+    last: float | None = None
 
 
 class APIError(Exception):
@@ -102,12 +111,88 @@ def parse_choice(choice: dict) -> Choice:
 
 
 def complete(server: Server, prompt, **fields) -> Completion:
-    """POST /completions with the prompt and `fields` (max_tokens, temperature, logprobs, echo,
-    seed, and any extra field the server takes); the choices in order of their index."""
-    reply = request(server, "/completions", dict(model=server.model, prompt=prompt, **fields))
+    """POST /completions with the prompt (a text or token ids) and `fields` (max_tokens,
+    temperature, logprobs, echo, seed, stream, and any extra field the server takes); the
+    choices in order of their index. With stream=True the server-sent chunks are joined into
+    the same Completion."""
+    body = dict(model=server.model, prompt=prompt, **fields)
+    if fields.get("stream"):
+        return streamed(server, "/completions", body, parse_choice)
+    reply = request(server, "/completions", body)
+    came = time.monotonic()
     choices = sorted(reply.get("choices") or [], key=lambda c: c.get("index", 0))
     return Completion(tuple(parse_choice(c) for c in choices),
+                      (reply.get("usage") or {}).get("prompt_tokens"), came, came)
+
+
+def parse_chat_choice(choice: dict) -> Choice:
+    """A chat choice (a whole message or a stream's delta) in a completion choice's shape."""
+    message = choice.get("message") or choice.get("delta") or {}
+    items = (choice.get("logprobs") or {}).get("content") or []
+    return Choice(message.get("content") or "", tuple(i["token"] for i in items),
+                  tuple(i.get("logprob") for i in items),
+                  tuple({t["token"]: t["logprob"] for t in i.get("top_logprobs") or []} or None
+                        for i in items), choice.get("finish_reason"))
+
+
+def chat(server: Server, messages: list, **fields) -> Completion:
+    """POST /chat/completions; logprobs=k asks for the top k (the chat endpoint's logprobs:
+    true, top_logprobs: k); the choices as complete's."""
+    k = fields.pop("logprobs", None)
+    if k is not None:
+        fields.update(logprobs=True, top_logprobs=k)
+    body = dict(model=server.model, messages=messages, **fields)
+    if fields.get("stream"):
+        return streamed(server, "/chat/completions", body, parse_chat_choice)
+    reply = request(server, "/chat/completions", body)
+    choices = sorted(reply.get("choices") or [], key=lambda c: c.get("index", 0))
+    return Completion(tuple(parse_chat_choice(c) for c in choices),
                       (reply.get("usage") or {}).get("prompt_tokens"))
+
+
+def streamed(server: Server, path: str, body: dict, parse) -> Completion:
+    """POST a stream=True body and read its server-sent events (`data: {json}` lines until
+    `data: [DONE]`): each choice's text and log-probability lists joined in order, its last
+    finish reason; an error event is an APIError."""
+    req = urllib.request.Request(server.url + path, json.dumps(body).encode(), {
+        "Content-Type": "application/json", "Authorization": f"Bearer {server.api_key}"})
+    parts, usage, first, last = {}, None, None, None
+    try:
+        with urllib.request.urlopen(req, timeout=server.timeout) as reply:
+            for line in reply:
+                line = line.decode().strip()
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if "error" in chunk:
+                    raise APIError(500, str(chunk["error"].get("message", chunk["error"])))
+                usage = chunk.get("usage") or usage
+                for c in chunk.get("choices") or []:
+                    piece = parse(c)
+                    if piece.text or piece.tokens:
+                        first, last = first or time.monotonic(), time.monotonic()
+                    parts.setdefault(c.get("index", 0), []).append(piece)
+    except urllib.error.HTTPError as error:
+        raise APIError(error.code, error.read().decode(errors="replace")[:500]) from None
+    choices = tuple(Choice("".join(p.text for p in pieces),
+                           sum((p.tokens for p in pieces), ()),
+                           sum((p.logprobs for p in pieces), ()),
+                           sum((p.top for p in pieces), ()),
+                           next((p.finish_reason for p in reversed(pieces) if p.finish_reason),
+                                None))
+                    for _, pieces in sorted(parts.items()))
+    return Completion(choices, (usage or {}).get("prompt_tokens"), first, last)
+
+
+def counters(server: Server, path: str = "/debug/stats") -> dict | None:
+    """The server's own counters at its root + `path` (minillm serve's /debug/stats: steps,
+    decode_tokens, prompt_tokens_reused, ...), or None where it has none."""
+    root = server.url[:-len("/v1")] if server.url.endswith("/v1") else server.url
+    try:
+        found = request(root, path, timeout=server.timeout, api_key=server.api_key)
+    except (APIError, urllib.error.URLError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def complete_together(server: Server, requests: list[tuple[str, dict]]) -> list[Completion]:
