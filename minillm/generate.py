@@ -20,6 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .constrain.constraint import DONE, advanced, masked_logits, row_constraints
 from .inputs import check_prompts
 from .knobs import GenerationConfig, generation_config
 from .logprobs import rollouts, scored_steps
@@ -29,7 +30,7 @@ from .window import Window, append, first_window, read, read_slid
 
 
 def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
-             return_logprobs=False, prompt_logprobs=False, **knobs):
+             return_logprobs=False, prompt_logprobs=False, constraint=None, **knobs):
     """Prompt + new tokens: a list of ids for one prompt, a list of lists for a batch.
 
     prompt_ids: one prompt (a list or 1-D array of ids) or a batch (a list of such lists, or
@@ -42,24 +43,29 @@ def generate(model, prompt_ids, config=None, *, rng=None, use_cache=True,
     text (this needs the model's tokenizer).
     return_logprobs: a Rollout per row instead (one Rollout for one prompt), with the
     log-probability of every new token; prompt_logprobs: score the prompt's tokens too.
+    constraint: minillm.constrain's regex, json_schema or choice (one for every row, or a
+    list, None for a free row): the new text stays inside its language, and the row ends
+    with an end token once the text is whole (constrain/constraint.py).
     """
     prompts, batch = check_prompts(prompt_ids, model.config.vocab_size,
                                    model.config.context_length)
     config = generation_config(config, model, **knobs)
     rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
+    if constraint is not None:
+        constraint = row_constraints(constraint, len(prompts), model.config.vocab_size)
+    steps = decode_steps(model, prompts, config, rng, use_cache, constraints=constraint)
     if return_logprobs or prompt_logprobs:
-        rows = rollouts(model, prompts, decode_steps(model, prompts, config, rng, use_cache),
-                        prompt_logprobs)
+        rows = rollouts(model, prompts, steps, prompt_logprobs)
     else:
         rows = list(map(np.ndarray.tolist, prompts))
-        for step in decode_steps(model, prompts, config, rng, use_cache):
+        for step in steps:
             for r in step.rows:
                 rows[r].append(int(step.tokens[r]))
     return rows if batch else rows[0]
 
 
 def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_logprobs=False,
-           progress=None, **knobs):
+           progress=None, constraint=None, **knobs):
     """An iterator over the new tokens as they are generated (the arguments of generate).
 
     One prompt: yields each new token (an int). A batch: yields, per step, a dict
@@ -72,11 +78,13 @@ def stream(model, prompt_ids, config=None, *, rng=None, use_cache=True, return_l
                                    model.config.context_length)
     config = generation_config(config, model, **knobs)  # checked here, before the first token
     rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
+    if constraint is not None:
+        constraint = row_constraints(constraint, len(prompts), model.config.vocab_size)
+    steps = decode_steps(model, prompts, config, rng, use_cache, progress, constraint)
     if return_logprobs:
-        steps = scored_steps(decode_steps(model, prompts, config, rng, use_cache))
+        steps = scored_steps(steps)
     else:
-        steps = ({int(r): int(step.tokens[r]) for r in step.rows}
-                 for step in decode_steps(model, prompts, config, rng, use_cache, progress))
+        steps = ({int(r): int(step.tokens[r]) for r in step.rows} for step in steps)
     if batch:
         return steps
     return (step[0] for step in steps)
@@ -102,17 +110,19 @@ class Step:
         return filtered_probs(self.logits, self.sampling, self.visible)
 
 
-def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, progress=None):
+def decode_steps(model, prompts, config: GenerationConfig, rng, use_cache=True, progress=None,
+                 constraints=None):
     """Yield a Step for every token drawn after the prompts: prefill, then decode.
     progress: None, or called as progress(tokens read, of how many) while a long text is read
-    (the prompts, the window after a slide; window.read)."""
+    (the prompts, the window after a slide; window.read). constraints: None, or one
+    Constraint (or None) per row."""
     window = first_window(prompts, model.config.context_length)
     cache = None
     if use_cache:  # only as long as this generation can fill
         capacity = min(model.config.context_length, window.width + config.max_new_tokens)
         cache = model.new_cache(len(prompts), capacity)
     logits = prefill(model, window, cache, progress)  # on the first next(), not at the call
-    yield from decode(model, window, cache, logits, config, rng, progress)
+    yield from decode(model, window, cache, logits, config, rng, progress, constraints)
 
 
 def prefill(model, window: Window, cache, progress=None):
@@ -125,20 +135,30 @@ def prefill(model, window: Window, cache, progress=None):
     return read(model, tokens, cache, pad=pad, progress=progress)
 
 
-def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None):
+def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None,
+           constraints=None):
     """Yield a Step per token: sample from `logits`, stop, append, read; the cache (None: the
-    uncached loop) holds the window's text but its last token, whose logits are `logits`."""
+    uncached loop) holds the window's text but its last token, whose logits are `logits`.
+    With constraints, each row's logits are masked first (the Step's logits are the masked
+    ones) and the row's automaton state follows its tokens; the constraint follows the
+    output, not the window, so a slide changes nothing of it."""
     texts = None  # each row's new text, decoded, when stop strings are watched for
     if config.stop_strings:
         texts = [start_text(model.tokenizer, window.row(r)) for r in range(len(logits))]
     running = np.ones(len(logits), dtype=bool)
+    states = None if constraints is None else [0] * len(logits)  # each row's automaton state
     for n in range(config.max_new_tokens):
+        if states is not None:  # the mask, the first filter
+            logits = masked_logits(logits, constraints, states)
         # The repetition penalty looks at the visible text; padding (-1) is ignored.
         step = Step(np.flatnonzero(running), logits, window.tokens[:, :window.width],
                     config.sampling)
         step.tokens = next_tokens(model, step, rng)  # (B,)
         if config.stop_tokens or texts is not None:  # a knob not asked for costs no call
             running &= ~ends_row(step.tokens, step.rows, config, texts)
+        if states is not None:  # an end token ends its row, whatever the stop tokens
+            states = advanced(constraints, states, step.tokens, step.rows)
+            running &= np.array(states) != DONE
         yield step
         if not running.any() or n == config.max_new_tokens - 1:
             return

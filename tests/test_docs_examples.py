@@ -410,7 +410,8 @@ def test_every_link_anchor_named_file_and_named_test_exists():
 def test_the_readme_counts_each_chapters_lines():
     """The Learn table's `lines` column: each chapter's length as it is."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| `((?:serving/)?\w+\.py)` \|(?:[^|\n]*\|){2} *(\d+) \|", readme, re.M)
+    rows = re.findall(r"^\| `((?:serving/|constrain/)?\w+\.py)` \|(?:[^|\n]*\|){2} *(\d+) \|",
+                      readme, re.M)
     assert len(rows) == len(minillm.READING_ORDER), rows
     actual = {name: len((ROOT / "minillm" / name).read_text(encoding="utf-8").splitlines())
               for name, _ in rows}

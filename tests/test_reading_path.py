@@ -55,11 +55,12 @@ MACHINE_FIGURES = [
     re.compile(r"\bBLAS\b|page faults?|bandwidth|cache lines?|\bSIMD\b|\bAVX", re.I),
 ]
 FORBIDDEN_IMPORTS = {"fast", "time"}
+FOLDERS = ("constrain", "serving")  # the chapters in a folder of their own
 
 
 def reading_order(root: Path = ROOT) -> list[Path]:
     """The modules of the reading path, in order: minillm.READING_ORDER (dotted names within
-    the package, the serving chapter's in its folder)."""
+    the package, the constrained decoding and serving chapters' in their folders)."""
     return [root / "minillm" / (name.replace(".", "/") + ".py")
             for name in minillm.READING_ORDER]
 
@@ -70,7 +71,8 @@ def readme_order(root: Path = ROOT) -> list[str]:
     readme = (root / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Reading order", 1)[1].split("\n## ", 1)[0]
     prose_part = re.split(r"\n(?:\||```)", section, maxsplit=1)[0]
-    names = re.findall(r"`(?:minillm/)?((?:serving/)?\w+)\.py`", prose_part)
+    names = re.findall(r"`(?:minillm/)?((?:(?:%s)/)?\w+)\.py`" % "|".join(FOLDERS),
+                       prose_part)
     return list(dict.fromkeys(name.replace("/", ".") for name in names))
 
 
@@ -228,8 +230,9 @@ def test_each_chapter_imports_only_the_chapters_before_it(name):
 
 def test_the_top_of_the_package_is_the_reading_path():
     top = {path.stem for path in (ROOT / "minillm").glob("*.py")} - {"__init__", "__main__"}
-    top |= {f"serving.{path.stem}" for path in (ROOT / "minillm" / "serving").glob("*.py")
-            if path.stem != "__init__"}
+    for folder in FOLDERS:
+        top |= {f"{folder}.{path.stem}" for path in (ROOT / "minillm" / folder).glob("*.py")
+                if path.stem != "__init__"}
     assert top == set(minillm.READING_ORDER), sorted(top ^ set(minillm.READING_ORDER))
 
 
