@@ -10,15 +10,12 @@ which), applied only where a model is configured with them, so the Llama path ne
     embed_scale, embedding_multiplier m_e   x_0 = sqrt(d_model) * embed(tokens), x_0 = m_e * ...
     pre_norms=False, post_norms             x += Norm_post(F(x)), x += Norm_post(F(Norm(x)))
     residual_multiplier m_r                 x += m_r F(Norm(x))
-    qk_norm                                 q_h = RMSNorm(q_h) * g_q, k_h likewise, per head h,
-                                            before RoPE (g_q, g_k: head_dim gains)
+    qk_norm                                 q_h = RMSNorm(q_h) * g_q, k_h likewise, before RoPE
     qk_norm_all_heads                       q = RMSNorm(q_1 .. q_H) * g_q over all H d values
     activation="gelu_tanh"                  MLP(h) = W_down (gelu_tanh(W_gate h) * W_up h)
     query_pre_attn_scalar s, attention_multiplier m_a    scores = q . k / sqrt(s), = m_a q . k
-    sliding_window W                        a local layer's query at index i sees key j only
-                                            if i - j < W, and rotates by rope_local_theta
-    rope_scaling, no_rope_layers            RoPE's frequencies changed (rope_scaling.py); these
-                                            layers' queries and keys not rotated
+    sliding_window W                        a local layer: query i sees key j if i - j < W
+    rope_scaling, no_rope_layers            RoPE's frequencies changed (rope_scaling.py); no RoPE
     logit_scale                             logits = Norm(x_L) @ W_out.T / logit_scale
 (Gemma's RMSNorm multiplies by 1 + w; GGUF files and minillm store that sum as the gain.
 Phi-3's fused q/k/v and gate/up projections are minillm's own layout: no option.)
@@ -60,8 +57,8 @@ class Model:
         # The output layer (V, D): the token embedding itself when tied.
         self.output_weight = self.params.get("lm_head.weight", self.params["tok_emb.weight"])
         # Per layer, read once: whether it is local (a sliding window) and the key of its RoPE
-        # tables, (base, scaled) or None for no rotation (only global layers are scaled); the
-        # tables (cos, sin), each (L, 1, d) for positions < L = _rope_length, grow with the text.
+        # tables, (base, scaled) or None (no rotation); the tables (cos, sin), (L, 1, d) each
+        # for positions < L = _rope_length, grow with the text.
         empty = np.empty((0, 1, cfg.head_dim), self.dtype)
         self._is_local = [cfg.is_local(layer) for layer in range(cfg.n_layers)]
         self._rope_of_layer = [
@@ -106,13 +103,10 @@ class Model:
                 last: int | None = None) -> np.ndarray:
         """Logits for every position: (B, T) token ids -> (B, T, vocab_size).
 
-        Without a cache the tokens are the whole text (read through a cache made for this
-        pass). With one, they continue the text the cache holds: their keys and values are
-        written at rows [length, length + T), they attend to everything cached, and
-        `cache.length` grows by T. The cache says where the new tokens sit, which keys each
-        sees and how attention reads them (kv_cache.py; the serving engine's batches too).
-        pad: (B,) count of left-padding tokens per row (ragged batches); with a cache it is
-        given once, at prefill, and remembered.
+        With a cache the tokens continue the text it holds (without one: a cache made for
+        this pass); it says where they sit, which keys each sees and how attention reads them
+        (kv_cache.py; the serving engine's batches answer the same), and grows by T.
+        pad: (B,) left-padding tokens per row (ragged batches), given once, at prefill.
         last: only the logits of the last `last` positions, or of those listed (an index
         array): a prefill needs one row, and skipping the rest saves most of the output layer.
         """
@@ -168,9 +162,8 @@ class Model:
     # -- the pieces of forward -------------------------------------------------------------
 
     def _grow_rope(self, end: int) -> None:
-        """Extend the RoPE tables to positions < end, doubling up to the context length. A
-        table is never shortened (a copy of the model may share them), and _rope_length is
-        what the tables hold."""
+        """Extend the RoPE tables to positions < end, doubling up to the context length; never
+        shorten one (a copy of the model may share them)."""
         cfg, length = self.config, self.config.context_length
         for (theta, scaled), (cos, _) in list(self._rope_tables.items()):
             if len(cos) < end:
