@@ -9,7 +9,6 @@ import itertools
 import json
 import re
 
-import jsonschema
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -358,6 +357,7 @@ class Closing:
 def test_json_schema_outputs_validate(schema):
     """Every whole output is JSON valid under its schema (jsonschema the oracle); an output
     cut by max_new_tokens is the beginning of one."""
+    jsonschema = pytest.importorskip("jsonschema")  # the test extra installs it
     c = json_schema(schema, TOKENIZER)
     model = Closing(MODEL, [ord(b) for b in '"}]1'] + [TOKENIZER.eos])
     done = 0
