@@ -100,7 +100,8 @@ def suggest(across: float, like: float, spread: float, kl: float):
                f"like with like they differ by {like:.3g}: use reference=\"chunks\"")
     else:
         reference, noise = "uncached", across
-        why = f"{MARGIN:g} x the largest difference, {noise:.3g}"
+        why = (f"{MARGIN:g} x the largest difference, {noise:.3g}" if noise else
+               "every path agreed exactly")
     atol = min(MARGIN * noise, cap)
     if MARGIN * noise > cap:
         why += f"; capped at {SHARE:g} x the logits' spread ({cap:.3g})"
