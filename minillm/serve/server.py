@@ -86,9 +86,14 @@ def with_header_deadline(seconds: float):
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8000,
           read_timeout: float = READ_TIMEOUT) -> None:
-    """Serve until interrupted (Ctrl-C)."""
+    """Serve until interrupted (Ctrl-C), which ends as KeyboardInterrupt: uvicorn passes the
+    signal on once it has shut down, but asyncio's runner can swallow it when the server's task
+    ends before the runner's cancellation reaches it."""
     uvicorn = require("uvicorn", "serve", "minillm serve")
-    uvicorn.Server(config(service, host, port, "info", read_timeout)).run()
+    server = uvicorn.Server(config(service, host, port, "info", read_timeout))
+    server.run()
+    if server.should_exit:  # set by the signal handler: nothing else stops this server
+        raise KeyboardInterrupt
 
 
 class Running:
