@@ -16,11 +16,12 @@ ids with a rank and the id of the joined token. As a dict of string pairs a merg
 """
 from array import array
 from bisect import bisect_left
-from heapq import heapify, heappop, heappush
 from itertools import repeat
 from operator import add, itemgetter
 
 import numpy as np
+
+from .sentencepiece import merge_by_priority
 
 
 def bytes_to_unicode():
@@ -243,43 +244,21 @@ class MergeTable:
 
 def merge_word(symbols, merges):
     """The symbols left after joining the lowest-ranked adjacent pair (of equal pairs, the
-    leftmost first) until no pair is ranked: in O(n log n) for a word of n symbols.
-
-    A heap holds every adjacent pair that merges, as (find's number, left position): the
-    lowest rank first, then the leftmost. The symbols form a linked list over their first
-    positions, so a join only relinks its neighbours and pushes the two pairs it makes; a pair
-    that a join has made stale (one of its sides changed since) is skipped when it comes up.
-    Joining the best pair's occurrences one at a time, left to right, is joining them all in
-    one pass, as the merge rules are written."""
+    leftmost first) until no pair is ranked (sentencepiece.merge_by_priority, keyed by find's
+    number: rank * JOIN + the symbol the pair makes). Joining the best pair's occurrences one
+    at a time, left to right, is joining them all in one pass, as the merge rules are
+    written."""
     if len(symbols) < 2:
         return symbols
-    symbols = list(symbols)
-    following = list(range(1, len(symbols))) + [-1]  # the linked list: -1 past either end
-    preceding = list(range(-1, len(symbols) - 1))
     nothing = merges.nothing
-    heap = [(number, i, symbols[i], symbols[i + 1])
-            for i, number in enumerate(merges.find_adjacent(symbols)) if number != nothing]
-    heapify(heap)
 
-    def push(left):
-        right = following[left] if left >= 0 else -1
-        if right >= 0:
-            number = merges.find(symbols[left], symbols[right])
-            if number != nothing:
-                heappush(heap, (number, left, symbols[left], symbols[right]))
+    def priority(left, right):
+        number = merges.find(left, right)
+        return None if number == nothing else number
 
-    while heap:
-        number, left, left_symbol, right_symbol = heappop(heap)
-        right = following[left]
-        if symbols[left] != left_symbol or right < 0 or symbols[right] != right_symbol:
-            continue  # stale: a side has been joined to another symbol since
-        symbols[left], symbols[right] = number % JOIN, None
-        following[left] = following[right]
-        if following[right] >= 0:
-            preceding[following[right]] = left
-        push(preceding[left])
-        push(left)
-    return [s for s in symbols if s is not None]
+    keys = [None if number == nothing else number for number in merges.find_adjacent(symbols)]
+    return merge_by_priority(symbols, priority, lambda left, right:
+                             merges.find(left, right) % JOIN, keys)
 
 
 def byte_level_bpe(word, vocab, merges, ignore_merges=False):

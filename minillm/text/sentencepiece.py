@@ -54,18 +54,25 @@ def byte_token(byte):
     return f"<0x{byte:02X}>"
 
 
-def merge_by_priority(symbols, priority, join=add):
-    """Join adjacent symbols, best first, until no adjacent pair has a priority.
+def merge_by_priority(symbols, priority, join=add, keys=None):
+    """Join adjacent symbols, best first, until no adjacent pair has a priority: in
+    O(n log n) for n symbols.
 
     ``priority(left, right)`` is a sortable key (smaller is better) or None (never joined);
     among equal keys the leftmost pair goes first; ``join(left, right)`` is the symbol two
-    make (strings: their concatenation). A heap holds the candidate pairs; one that a join has
-    made stale (its left or right symbol changed) is skipped when it comes up.
+    make (strings: their concatenation). ``keys``: the priorities of the first adjacent pairs,
+    when the caller finds them at once. A heap holds the candidate pairs; the symbols form a
+    linked list, so a join only relinks its neighbours and pushes the two pairs it makes; a
+    pair that a join has made stale (its left or right symbol changed) is skipped when it
+    comes up.
     """
     symbols = list(symbols)
     following = list(range(1, len(symbols))) + [-1]   # a linked list over the symbols
     preceding = list(range(-1, len(symbols) - 1))
-    heap = []
+    if keys is None:
+        keys = [priority(left, right) for left, right in zip(symbols, symbols[1:])]
+    heap = [(key, i, symbols[i], symbols[i + 1]) for i, key in enumerate(keys) if key is not None]
+    heapq.heapify(heap)
 
     def push(left):
         right = following[left] if left >= 0 else -1
@@ -74,8 +81,6 @@ def merge_by_priority(symbols, priority, join=add):
             if key is not None:
                 heapq.heappush(heap, (key, left, symbols[left], symbols[right]))
 
-    for i in range(len(symbols) - 1):
-        push(i)
     while heap:
         _, left, left_text, right_text = heapq.heappop(heap)
         right = following[left]
