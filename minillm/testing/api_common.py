@@ -44,13 +44,18 @@ def replay(check: str, server: Server, **arguments) -> str:
             f"{server.url!r}, {server.model!r}){', ' if args else ''}{args})")
 
 
+def first_difference(a, b) -> int:
+    """The first index where two sequences differ (the shorter one's length if one is the
+    other's beginning)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def compare_choices(a, b, what: str, atol: float) -> tuple[float, str]:
     """Two choices of the same request: their tokens must be equal, and their log-probabilities
     and the top log-probabilities both list within atol. Returns the largest difference and
     where; raises AssertionError naming the first token that differs."""
     if a.tokens != b.tokens:
-        i = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
-                 min(len(a.tokens), len(b.tokens)))
+        i = first_difference(a.tokens, b.tokens)
         raise AssertionError(f"{what}: the tokens differ from token {i} on: "
                              f"{list(a.tokens[i:i + 4])} vs {list(b.tokens[i:i + 4])} (text "
                              f"{a.text!r} vs {b.text!r})")

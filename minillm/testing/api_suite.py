@@ -27,7 +27,8 @@ import numpy as np
 
 from .adapters.openai import (APIError, Server, chat, complete, complete_together, counters,
                               request)
-from .api_common import PROMPTS, APIReport, compare_choices, fail, replay, unsupported
+from .api_common import (PROMPTS, APIReport, compare_choices, fail, first_difference,
+                         replay, unsupported)
 from .stats import FALSE_ALARM
 
 GREEDY = {"temperature": 0}
@@ -43,8 +44,7 @@ def same_text(a, b, what: str) -> None:
     """Two choices' texts and finish reasons equal, or AssertionError at the first character
     that differs."""
     if a.text != b.text:
-        i = next((i for i, (x, y) in enumerate(zip(a.text, b.text)) if x != y),
-                 min(len(a.text), len(b.text)))
+        i = first_difference(a.text, b.text)
         raise AssertionError(f"{what}: the texts differ from character {i} on: "
                              f"{a.text[i:i + 20]!r} vs {b.text[i:i + 20]!r} (whole: "
                              f"{a.text!r} vs {b.text!r})")
