@@ -81,6 +81,15 @@ def score(probs, logits, tokens) -> list[ScoredToken]:
             for token, logprob, raw_logprob in zip(tokens, logprobs, raw)]
 
 
+def top_entries(logprobs, k: int) -> list[tuple[int, float]]:
+    """The k largest finite entries of a row of log-probabilities as (token, logprob), most
+    likely first, ties by the lowest id."""
+    if k <= 0:
+        return []
+    order = np.argsort(-logprobs, kind="stable")[:k]
+    return [(int(t), float(logprobs[t])) for t in order if np.isfinite(logprobs[t])]
+
+
 def score_prompts(model, prompts) -> list[list[float | None]]:
     """ln p(token | the visible prompt before it), temperature 1, for every prompt token; None
     where nothing precedes it in the first window. One uncached forward pass over that window:

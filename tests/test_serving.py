@@ -7,8 +7,8 @@
 - Prefix caching: the same outputs with and without it, and the shared beginning computed once.
 - Continuous batching, as a Hypothesis state machine: any interleaving of add_request, step
   and abort, any knobs and seeds, any pool that fits the largest request: every request's tokens
-  equal generate's run alone (logprobs within 1e-10), nothing lost or duplicated, every block
-  accounted for and an aborted request's blocks given back.
+  equal generate's run alone (logprobs within 1e-10), constrained ones too, nothing lost or
+  duplicated, every block accounted for and an aborted request's blocks given back.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
                                  run_state_machine_as_test)
 
 import minillm
+from minillm.constrain import choice, regex
 from minillm.serving import Engine
 from minillm.serving.batches import PackedBatch, PagedBatch
 from minillm.serving.block_manager import BlockManager, blocks_for
@@ -123,6 +124,21 @@ def test_a_packed_pass_equals_each_request_alone(data, config):
 MODEL = minillm.random_model(minillm.ModelConfig(
     arch="modern", vocab_size=32, context_length=40, d_model=12, n_layers=2, n_heads=3,
     n_kv_heads=1, d_ff=20), seed=3, dtype="float64", std=0.5)
+class Letters:
+    """MODEL's tokenizer for constraints: ids 0-25 are the letters a-z, 26-30 the digits 0-4,
+    31 ends generation."""
+
+    eos_token_ids = (31,)
+
+    def __len__(self):
+        return 32
+
+    def token_bytes(self, i):
+        return b"<eos>" if i == 31 else bytes([97 + i] if i < 26 else [48 + i - 26])
+
+
+CONSTRAINTS = [None, regex(r"[a-d]+", Letters()), choice(["abc", "abd", "ba"], Letters()),
+               regex(r"(?:ab|c)*[0-4]?", Letters())]
 KNOBS = st.fixed_dictionaries({}, optional={
     "temperature": st.sampled_from([0.0, 0.7, 1.0, 1.5]),
     "top_k": st.sampled_from([None, 1, 3, 10]),
@@ -341,12 +357,15 @@ class EngineAgainstAlone(RuleBasedStateMachine):
                                  prefix_caching=caching)
 
     @rule(target=requests, prompt=st.lists(st.integers(0, 31), min_size=1, max_size=20),
-          shared=st.booleans(), n=st.integers(1, 12), seed=st.integers(0, 3), knobs=KNOBS)
-    def add(self, prompt, shared, n, seed, knobs):
+          shared=st.booleans(), n=st.integers(1, 12), seed=st.integers(0, 3), knobs=KNOBS,
+          constraint=st.sampled_from(CONSTRAINTS))
+    def add(self, prompt, shared, n, seed, knobs, constraint):
         if self.engine is None:
             self.start(3, 8, 2, True)
         if shared:  # a common beginning, for the prefix cache to find
             prompt = [7, 8, 9, 10, 11, 12, 13] + prompt
+        if constraint is not None:  # its output in the language, as generate's alone
+            knobs = {**knobs, "constraint": constraint}
         rid = self.engine.add_request(prompt, max_new_tokens=n, seed=seed, logprobs=True,
                                       **knobs)
         self.expected[rid] = alone(MODEL, prompt, n, seed, knobs)

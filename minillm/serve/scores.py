@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layers import log_softmax
+from ..logprobs import top_entries
 
 SCORE_CHUNK = 128  # prompt positions scored in one call between two engine steps
 
@@ -36,15 +37,6 @@ def processor(bias: dict, min_tokens: int, end_tokens):
             logits[ends] = -np.inf
         return logits
     return process
-
-
-def top_entries(logprobs, k: int) -> list[tuple[int, float]]:
-    """The k largest finite entries of a row of log-probabilities as (token, logprob), most
-    likely first, ties by the lowest id."""
-    if k <= 0:
-        return []
-    order = np.argsort(-logprobs, kind="stable")[:k]
-    return [(int(t), float(logprobs[t])) for t in order if np.isfinite(logprobs[t])]
 
 
 class PromptScores:

@@ -1,9 +1,8 @@
-"""The paged KV cache as a forward pass sees it: a step's requests read and written through
-their block tables (the pool and who holds which block: block_manager.py). `PagedBatch`: a row
-per request, every row computing as many new tokens (decodes); `PackedBatch`: chunks of
-different lengths end to end in one row. Each answers what Model.forward asks of any cache
-(kv_cache.py) and reads a request's keys and values in the order a contiguous cache holds them,
-so the logits are the contiguous cache's (tests/test_serving.py).
+"""The paged KV cache as a forward pass sees it, a step's requests read and written through
+their block tables (block_manager.py): `PagedBatch`, a row per request, all computing as many
+new tokens (decodes); `PackedBatch`, chunks of different lengths end to end in one row. Each
+answers what Model.forward asks of any cache (kv_cache.py) and reads a request's keys and
+values in a contiguous cache's order, so the logits are the contiguous cache's.
 """
 from __future__ import annotations
 
@@ -40,16 +39,14 @@ def gather(blocks: np.ndarray) -> np.ndarray:
 
 @dataclass(eq=False)
 class PagedBatch:
-    """Rows of requests, each continuing its own text by the same number T of new tokens: row r
-    has `length[r]` positions computed in the blocks of `tables[r]` (with room for T more).
-    Its keys are gathered from its table; the positions past its own end that the longest
-    row's width adds are hidden by the mask (a start per row), so they weigh exactly 0."""
+    """Rows of requests, each continuing its text by the same T new tokens: row r has
+    `length[r]` positions computed in the blocks of `tables[r]` (with room for T more). The
+    positions past a row's end that the longest row adds are masked: they weigh exactly 0."""
 
     pool: object  # .k, .v: (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
     tables: list  # per row, its block ids
     length: np.ndarray  # (B,) positions computed per row: where its new tokens start
     attend: Callable = field(default=attention, repr=False)  # the model's attention
-    pad: None = None  # rows are never padded: each has its own start instead
     slots: tuple | None = None  # where the new positions go (slots_of_new_positions), per pass
 
     def check_fits(self, shape, dtype) -> None:
@@ -63,7 +60,7 @@ class PagedBatch:
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write k, v (B, K, T, d) at positions [length_r, length_r + T) of each row's blocks;
-        return each row's keys and values gathered, (B, K, S, d), S = max_r length_r + T."""
+        return every row's keys and values, (B, K, S, d), S = max_r length_r + T."""
         if self.slots is None:  # the same blocks for every layer: found once per pass
             self.slots = self.slots_of_new_positions(k.shape[2])
         blocks, offsets, tables, S = self.slots
@@ -117,7 +114,6 @@ class PackedBatch:
     length: np.ndarray  # (R,) positions computed per request
     counts: np.ndarray  # (R,) new tokens per request, laid end to end in this order
     attention: Callable = field(default=attention, repr=False)  # the model's, run per span
-    pad: None = None
 
     def __post_init__(self):
         bs = self.pool.block_size

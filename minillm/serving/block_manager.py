@@ -3,8 +3,8 @@ cache, in one owner. Position p of a request's text lives in block table[p // bl
 
     k[layer, table[p // block_size], p % block_size]     the keys of position p, (K, d)
 
-so a request holds only the blocks its text fills, whatever the context length (none is freed
-early for Gemma 3's local layers: all layers share one table, and the global ones read it all).
+so a request holds the blocks its text fills, whatever the context (all layers share one
+table: Gemma 3's local layers free none early, its global ones read it all).
 
 Prefix caching: a full block's hash chains the hash of the block before it with its tokens,
 
@@ -44,8 +44,7 @@ class BlockManager:
         self.unheld = OrderedDict()  # cached blocks nobody holds, least recently used first
 
     def can_allocate(self, request, n: int) -> bool:
-        """Whether the blocks for n more positions of `request` can be handed out: free ones,
-        or cached ones nobody holds."""
+        """Whether n more positions of `request` find blocks, free or cached and unheld."""
         need = blocks_for(request.computed + n, self.block_size) - len(request.table)
         return need <= len(self.free) + len(self.unheld)
 

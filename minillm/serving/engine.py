@@ -1,9 +1,9 @@
 """The serving engine: many requests at once through one model, each exactly as if alone.
 
-A step asks the scheduler (scheduler.py) for its work, runs it through `Model.forward` in one
-pass with the step's requests as the cache (batches.py; speculative rounds ride in it), then
-draws a token for every request whose text is computed, with its own knobs and generator: the
-tokens and log-probabilities of `generate(model, [prompt], seed=...)` alone (tests/test_serving.py).
+A step runs the scheduler's work (scheduler.py) through `Model.forward` in one pass, the step's
+requests as the cache (batches.py; speculative rounds ride in it), then draws a token for every
+request whose text is computed, with its own knobs and generator: the tokens and
+log-probabilities of `generate(model, [prompt], seed=...)` alone (tests/test_serving.py).
 """
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..constrain.constraint import DONE, advance, masked_logits, row_constraints
 from ..generate import ends_row
 from ..inputs import check_prompts
 from ..knobs import default, generation_config, random_generator
 from ..layers import log_softmax
-from ..logprobs import score
+from ..logprobs import score, top_entries
 from ..sampling import choose, filtered_probs
 from ..stopping import start_text
 from .batches import PackedBatch, PagedBatch
@@ -41,28 +42,18 @@ class Output(NamedTuple):
 
 @dataclass
 class Stats:
-    """What the engine has done since it was made, and its pool's blocks now:
+    """What the engine has done since it was made, and its pool's blocks now."""
 
-    steps                     steps run (one forward pass each, none when a step had no work)
-    prompt_tokens_computed    prompt positions computed (again after a preemption), and those
-      prompt_tokens_reused    found in the prefix cache instead
-    decode_tokens             tokens drawn, for every request
-    preemptions               requests sent back to wait (their blocks released) to make room
-    guesses, accepted         speculative decoding: the guesses proposed, and those kept
-    blocks_in_use, blocks_free, blocks_cached   blocks held by a request; on the free list;
-                              held by nobody, kept for their prefix until evicted
-    """
-
-    steps: int = 0
-    prompt_tokens_computed: int = 0
-    prompt_tokens_reused: int = 0
-    decode_tokens: int = 0
-    preemptions: int = 0
-    guesses: int = 0
-    accepted: int = 0
-    blocks_in_use: int = 0
-    blocks_free: int = 0
-    blocks_cached: int = 0
+    steps: int = 0  # forward passes (a step with no work runs none)
+    prompt_tokens_computed: int = 0  # prompt positions computed (again after a preemption)
+    prompt_tokens_reused: int = 0  # prompt positions found in the prefix cache instead
+    decode_tokens: int = 0  # tokens drawn, for every request
+    preemptions: int = 0  # requests sent back to wait (their blocks released) to make room
+    guesses: int = 0  # speculative decoding: the guesses proposed,
+    accepted: int = 0  # and those kept
+    blocks_in_use: int = 0  # blocks held by a request,
+    blocks_free: int = 0  # on the free list,
+    blocks_cached: int = 0  # held by nobody, kept for their prefix until evicted
 
 
 class Engine:
@@ -102,10 +93,11 @@ class Engine:
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
-                    top_logprobs: int = 0, process=None, **knobs) -> int:
+                    top_logprobs: int = 0, process=None, constraint=None, **knobs) -> int:
         """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id.
         draft: decode with speculative decoding, guesses from a draft model or "ngram", k a
-        round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens)."""
+        round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens).
+        constraint: the output's language, its mask the first filter (as in generate)."""
         cfg, manager = self.model.config, self.block_manager
         prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
         if batch:
@@ -123,8 +115,12 @@ class Engine:
         stop_text = start_text(self.model.tokenizer, text) if config.stop_strings else None
         speculation = None if draft is None else Speculation.make(
             draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
+        if constraint is not None:
+            if draft is not None:
+                raise ValueError("constraint: not with draft (speculative serving) yet")
+            constraint = row_constraints(constraint, 1, cfg.vocab_size)[0]
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
-                          logprobs, top_logprobs, process, stop_text, speculation)
+                          logprobs, top_logprobs, process, stop_text, speculation, constraint)
         self.requests[request.id] = request
         self.scheduler.waiting.append(request)
         self.next_id += 1
@@ -137,7 +133,7 @@ class Engine:
             self.scheduler.finish(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.scheduler.running or self.scheduler.waiting)
+        return bool(self.requests)
 
     @property
     def stats(self) -> Stats:
@@ -191,22 +187,23 @@ class Engine:
 
     def count_computed(self, request: Request, n: int) -> None:
         """Count n more positions as computed; each block they filled joins the prefix cache."""
-        start, request.computed = request.computed, request.computed + n
-        self.counts.prompt_tokens_computed += max(0, min(request.computed,
-                                                         request.prompt_length) - start)
+        prompt_left = max(0, request.prompt_length - request.computed)
+        request.computed += n
+        self.counts.prompt_tokens_computed += min(n, prompt_left)
         self.block_manager.cache_full_blocks(request)
 
     def _draw(self, request: Request, logits) -> tuple[list, list | None]:
         """([the next token], [its ScoredToken + top entries] if asked), as generate draws."""
         logits = logits if request.process is None else request.process(request, logits)
+        if request.constraint is not None:  # the mask, the first filter
+            logits = masked_logits(logits[None], [request.constraint], [request.state])[0]
         probs = filtered_probs(logits[None], request.config.sampling, np.array([request.text]))
         token = int(choose(probs, request.config.sampling, request.rng)[0])
         if not request.logprobs:
             return [token], None
         with np.errstate(divide="ignore"):  # p = 0: ln p = -inf, never listed
             logp = log_softmax(logits) if request.logprobs == "raw" else np.log(probs[0])
-        best = np.argsort(-logp, kind="stable")[:request.top_logprobs]  # ties: lowest id
-        top = tuple((int(t), float(logp[t])) for t in best if np.isfinite(logp[t]))
+        top = tuple(top_entries(logp, request.top_logprobs))
         return [token], [(*score(probs, logits[None], [token])[0], top)]
 
     def _emit(self, request: Request, token: int, scored) -> Output:
@@ -217,6 +214,9 @@ class Engine:
         config = request.config
         texts = None if request.stop_text is None else [request.stop_text]
         stop = (config.stop_tokens or texts) and ends_row([token], [0], config, texts)[0]
+        if request.constraint is not None:  # an end token ends it, whatever the stop tokens
+            request.state = advance(request.constraint, request.state, token)
+            stop = stop or request.state == DONE
         reason = "stop" if stop else "length" if request.new_tokens == config.max_new_tokens \
             else None
         if reason is not None:

@@ -1,19 +1,17 @@
 """Continuous batching: which requests compute how many tokens in the next step.
 
-A request has a text (its prompt, then the tokens drawn so far) and `computed`, how many of its
-positions have keys and values in its blocks: decoding, it has one token to compute (the last
-drawn); reading its prompt, more. Each step, within `max_batch_tokens`:
+A request has a text (its prompt, then the tokens drawn) and `computed`, how many of its
+positions have keys and values in its blocks: 1 left to compute when decoding, more while
+reading its prompt. Each step, within `max_batch_tokens`:
 
     1. every running request that is decoding computes its one token;
-    2. running requests still reading their prompt take the next chunk of it (chunked prefill);
-    3. waiting requests join, oldest first, each with a first chunk, while the budget and the
-       blocks last (a joining request first reuses the cached blocks its text starts with).
-Beside decoding rows, chunks of prompts (2 and 3) take at most `max_prefill_tokens` in all: a
-decoding row then waits for that many prompt positions at most, not the whole budget.
-
-A chunk needs blocks for its new positions (block_manager.py). When none can be handed out,
-the newest running request is preempted: its blocks go back and it waits at the head of the
-queue, to compute its whole text anew when it rejoins (its blocks may still be cached then).
+    2. running requests still reading their prompt take its next chunk (chunked prefill);
+    3. waiting requests join, oldest first, each with a first chunk (after reusing the cached
+       blocks its text starts with), while the budget and the blocks last;
+prompt chunks (2, 3) taking at most `max_prefill_tokens` beside decoding rows. A chunk needs
+blocks for its new positions (block_manager.py); when none can be handed out, the newest
+running request is preempted: its blocks go back, it waits at the head of the queue and
+computes its whole text anew (its blocks may still be cached then).
 """
 from __future__ import annotations
 
@@ -37,6 +35,8 @@ class Request:
     process: object = None  # (request, logits) -> logits, before the knobs: a caller's bias
     stop_text: object = None  # the new text decoded so far, when stop strings are watched
     speculation: object = None  # speculative decoding's drafter and k (speculative.py)
+    constraint: object = None  # its output's language (minillm.constrain), and
+    state: int = 0  # the automaton's state after the tokens drawn so far
     table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
     computed: int = 0  # positions [0, computed) are in the blocks
     new_tokens: int = 0
