@@ -90,6 +90,16 @@ def top_entries(logprobs, k: int) -> list[tuple[int, float]]:
     return [(int(t), float(logprobs[t])) for t in order if np.isfinite(logprobs[t])]
 
 
+def score_positions(logits, tokens, start: int, first: int, k: int) -> list:
+    """(ln p(tokens[t] | tokens[:t]), the k likeliest (token, ln p) there) for every t >= first
+    that the positions start, start + 1, ... of `logits` (n, V) predict (position p predicts
+    token p + 1), at temperature 1, no knob: a prompt scored a chunk at a time."""
+    logp = log_softmax(logits)  # (n, V): the chunk's, never the whole prompt's
+    predicted = range(max(first, start + 1), min(start + len(logits) + 1, len(tokens)))
+    return [(float(logp[t - 1 - start, tokens[t]]), top_entries(logp[t - 1 - start], k))
+            for t in predicted]
+
+
 def score_prompts(model, prompts) -> list[list[float | None]]:
     """ln p(token | the visible prompt before it), temperature 1, for every prompt token; None
     where nothing precedes it in the first window. One uncached forward pass over that window:

@@ -21,6 +21,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 
 import minillm
 from minillm.constrain import choice, regex
+from minillm.logprobs import score_prompts
 from minillm.serving import Engine
 from minillm.serving.batches import PackedBatch, PagedBatch
 from minillm.serving.block_manager import BlockManager, blocks_for
@@ -234,6 +235,35 @@ def test_a_long_prompt_and_a_short_one_in_a_tight_pool():
     assert engine.stats.preemptions > 0
     assert [o.token for o in outputs[first]] == alone(MODEL, old_long, 4, 0, {})[0]
     assert [o.token for o in outputs[second]] == alone(MODEL, young_short, 4, 1, {})[0]
+
+
+@pytest.mark.parametrize("caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_prompt_scores_in_the_batched_pass_equal_one_uncached_pass(caching):
+    """Requests asking their prompt's scores among others, read in chunks through preemptions:
+    each prompt token's ln p and top entries equal one uncached pass over the prompt
+    (logprobs.score_prompts), each token scored once; with max_new_tokens 0 a request ends
+    without a token."""
+    prompts = [[i % 7 + 1] * (5 + 3 * i) for i in range(5)]
+    engine = Engine(MODEL, block_size=2, num_blocks=blocks_for(max(map(len, prompts)) + 8, 2),
+                    max_batch_tokens=6, prefix_caching=caching)
+    engine.add_request(prompts[1], max_new_tokens=1)
+    run(engine)  # its blocks stay cached: a prompt to score must compute them again
+    ids = [engine.add_request(p, max_new_tokens=i % 2 * 8, seed=i, prompt_logprobs=2)
+           for i, p in enumerate(prompts)]
+    plain = [engine.add_request(p, max_new_tokens=8, seed=i) for i, p in enumerate(prompts)]
+    outputs = run(engine)
+    assert engine.stats.preemptions > 0
+    for i, (rid, prompt) in enumerate(zip(ids, prompts)):
+        got = [entry for out in outputs[rid] for entry in out.prompt]
+        np.testing.assert_allclose([lp for lp, _ in got], score_prompts(MODEL, [prompt])[0][1:],
+                                   atol=1e-10)
+        logp = minillm.layers.log_softmax(MODEL.forward(np.array([prompt])))[0]
+        for (_, top), row in zip(got, logp):
+            assert [t for t, _ in top] == np.argsort(-row, kind="stable")[:2].tolist()
+        drawn = [o.token for o in outputs[rid] if o.token is not None]
+        assert drawn == alone(MODEL, prompt, i % 2 * 8, i, {})[0]
+        assert outputs[rid][-1].finished and outputs[rid][-1].reason == "length"
+        assert [o.token for o in outputs[plain[i]]] == alone(MODEL, prompt, 8, i, {})[0]
 
 
 DRAFT = minillm.random_model(minillm.ModelConfig(

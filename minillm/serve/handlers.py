@@ -23,7 +23,7 @@ from .errors import APIError
 from .fields import chat_plan, completion_plan
 from .loop import Choice, Ticket
 from .metrics import Metrics
-from .scores import PromptScores, processor
+from .scores import processor
 from .text import ChoiceText
 from .tokens import Tokenizing, longest_token_bytes
 
@@ -118,11 +118,38 @@ async def answer(run):
 
 
 async def prompt_scores(service: Service, prompt, k: int) -> list:
-    """The prompt's scores (scores.py), a chunk at a time between two engine steps."""
-    scores = PromptScores(service.model, prompt, k)
-    while not scores.done:
-        await service.call(scores.next_chunk)
-    return scores.scores
+    """Per prompt token (its ln p given the tokens before it, the top k there; None and none
+    for the first): an engine request of its own with max_new_tokens 0, scored in the batched
+    passes that read it (Output.prompt), its blocks then cached for the generation."""
+    if not service.loop.alive():
+        raise APIError(500, "the engine's loop is not running", code="engine_stopped")
+    events = asyncio.Queue()
+    ticket = Ticket([Choice(list(prompt), {"max_new_tokens": 0, "prompt_logprobs": k})],
+                    deliverer(events))
+    service.loop.submit(ticket)
+    scores = [(None, [])]
+    try:
+        while True:
+            event = await events.get()
+            if event.error is not None:
+                raise APIError(event.status, event.error)
+            scores += event.output.prompt
+            if event.output.finished:
+                return scores
+    finally:
+        service.loop.cancel(ticket)  # a client gone midway: nothing left running
+
+
+def deliverer(queue: asyncio.Queue):
+    """deliver(event) for a Ticket: from the engine's thread into `queue`, on this loop."""
+    here = asyncio.get_running_loop()
+
+    def deliver(event):  # on the engine's thread
+        try:
+            here.call_soon_threadsafe(queue.put_nowait, event)
+        except RuntimeError:  # the event loop is closed: the server is stopping
+            pass
+    return deliver
 
 
 class Events:
@@ -172,17 +199,7 @@ class Run:
         self.last_token = [None] * len(choices)  # when each choice's last token came
         self.left = 0 if plan.scoring_only else len(choices)  # choices not finished
         self.queue = asyncio.Queue()
-        self.ticket = Ticket(choices, self.deliverer())
-
-    def deliverer(self):
-        here, queue = asyncio.get_running_loop(), self.queue
-
-        def deliver(event):  # on the engine's thread
-            try:
-                here.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the event loop is closed: the server is stopping
-                pass
-        return deliver
+        self.ticket = Ticket(choices, deliverer(self.queue))
 
     # -- the outputs, in order ------------------------------------------------------------
 

@@ -8,19 +8,13 @@ the knobs: the bias added, and the end tokens removed (-inf) while fewer than mi
 tokens are out.
 
 An echoed prompt's own log-probabilities are the model's, temperature 1, as
-`generate(..., prompt_logprobs=True)` gives them: the prompt runs through a cache of its own
-SCORE_CHUNK positions at a time, each chunk a call on the engine's thread between two steps,
-so that the other requests go on between chunks and the logits held are a chunk's, (chunk, V),
-not the prompt's.
+`generate(..., prompt_logprobs=True)` gives them: the engine scores them in the batched passes
+that read the prompt (add_request's prompt_logprobs), so the logits held are a step's, not the
+prompt's (handlers.prompt_scores).
 """
 from __future__ import annotations
 
 import numpy as np
-
-from ..layers import log_softmax
-from ..logprobs import top_entries
-
-SCORE_CHUNK = 128  # prompt positions scored in one call between two engine steps
 
 
 def processor(bias: dict, min_tokens: int, end_tokens):
@@ -37,27 +31,3 @@ def processor(bias: dict, min_tokens: int, end_tokens):
             logits[ends] = -np.inf
         return logits
     return process
-
-
-class PromptScores:
-    """Per prompt token (its ln p given the tokens before it, the top k there), a chunk at a
-    time: None and no entries for the first token, which nothing precedes."""
-
-    def __init__(self, model, prompt, k: int):
-        self.model, self.prompt, self.k = model, list(prompt), k
-        self.cache = model.new_cache(batch_size=1)
-        self.scores, self.read = [(None, [])], 0
-
-    @property
-    def done(self) -> bool:
-        return self.read >= len(self.prompt) - 1  # the last token predicts nothing asked
-
-    def next_chunk(self) -> None:
-        """Run the next SCORE_CHUNK positions; score the tokens they predict."""
-        chunk = self.prompt[self.read:self.read + SCORE_CHUNK]
-        logp = log_softmax(self.model.forward(np.array([chunk]), self.cache))[0]  # (chunk, V)
-        for c in range(len(chunk)):
-            t = self.read + c + 1  # position read + c predicts token t
-            if t < len(self.prompt):
-                self.scores.append((float(logp[c, self.prompt[t]]), top_entries(logp[c], self.k)))
-        self.read += len(chunk)

@@ -51,8 +51,8 @@ class BlockManager:
     def reuse_prefix(self, request) -> None:
         """Point a joining request's table at the longest run of cached blocks its text starts
         with, counted as computed; at least its last token (whose logits draw) is left."""
-        if not self.prefix_caching or request.table:
-            return
+        if not self.prefix_caching or request.table or request.prompt_logprobs is not None:
+            return  # (a prompt to score computes every position)
         bs, h = self.block_size, None
         for start in range(0, (len(request.text) - 1) // bs * bs, bs):
             h = block_hash(h, request.text[start:start + bs])

@@ -17,7 +17,7 @@ from ..generate import ends_row
 from ..inputs import check_prompts
 from ..knobs import default, generation_config, random_generator
 from ..layers import log_softmax
-from ..logprobs import score, top_entries
+from ..logprobs import score, score_positions, top_entries
 from ..sampling import choose, filtered_probs
 from ..stopping import start_text
 from .batches import PackedBatch, PagedBatch
@@ -38,6 +38,7 @@ class Output(NamedTuple):
     reason: str | None = None
     raw_logprob: float | None = None
     top: tuple | None = None
+    prompt: tuple = ()  # prompt tokens scored in this step (add_request's prompt_logprobs)
 
 
 @dataclass
@@ -93,34 +94,31 @@ class Engine:
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
-                    top_logprobs: int = 0, process=None, constraint=None, **knobs) -> int:
+                    top_logprobs: int = 0, process=None, constraint=None,
+                    prompt_logprobs: int | None = None, **knobs) -> int:
         """Queue a prompt (a list of ids) with the knobs of `generate`; returns its id.
         draft: decode with speculative decoding, guesses from a draft model or "ngram", k a
         round (as speculative_generate; a round's k + 1 positions must fit max_batch_tokens).
-        constraint: the output's language, its mask the first filter (as in generate)."""
-        cfg, manager = self.model.config, self.block_manager
+        constraint: the output's language, its mask the first filter (as in generate).
+        prompt_logprobs: score every prompt token in the passes that read it (Output.prompt:
+        ln p at temperature 1 and this many likeliest); max_new_tokens 0 then scores only."""
+        cfg = self.model.config
         prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
         if batch:
             raise ValueError("prompt_ids: one prompt per request, not a batch")
         config = generation_config(config, self.model, **knobs)
-        longest = len(prompts[0]) + config.max_new_tokens
-        if longest > cfg.context_length:
-            raise ValueError(f"prompt_ids: {len(prompts[0])} tokens and max_new_tokens "
-                             f"{config.max_new_tokens} pass the context of "
-                             f"{cfg.context_length}: the engine does not slide the window")
-        if blocks_for(longest, manager.block_size) > manager.num_blocks:
-            raise ValueError(f"prompt_ids: {longest} positions need more than the pool's "
-                             f"{manager.num_blocks} blocks of {manager.block_size}")
+        self.scheduler.check_fits(len(prompts[0]), config.max_new_tokens)
         text = prompts[0].tolist()
         stop_text = start_text(self.model.tokenizer, text) if config.stop_strings else None
         speculation = None if draft is None else Speculation.make(
             draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
+        if draft is not None and (prompt_logprobs is not None or constraint is not None):
+            raise ValueError("prompt_logprobs, constraint: not with draft (speculative serving)")
         if constraint is not None:
-            if draft is not None:
-                raise ValueError("constraint: not with draft (speculative serving) yet")
             constraint = row_constraints(constraint, 1, cfg.vocab_size)[0]
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
-                          logprobs, top_logprobs, process, stop_text, speculation, constraint)
+                          logprobs, top_logprobs, process, stop_text, speculation, constraint,
+                          prompt_logprobs=prompt_logprobs)
         self.requests[request.id] = request
         self.scheduler.waiting.append(request)
         self.next_id += 1
@@ -128,9 +126,13 @@ class Engine:
 
     def abort(self, request_id: int) -> None:
         """Stop a request now, its blocks given back; an unknown or finished id is ignored."""
-        request = self.requests.pop(request_id, None)
-        if request is not None:
-            self.scheduler.finish(request)
+        if request_id in self.requests:
+            self.finish(self.requests[request_id])
+
+    def finish(self, request: Request) -> None:
+        """The request leaves: it is forgotten and its blocks go back."""
+        del self.requests[request.id]
+        self.scheduler.finish(request)
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
@@ -154,8 +156,16 @@ class Engine:
             if request.id in guesses:  # a round: the kept guesses and the next token
                 new, scores = end_round(self, request, *guesses[request.id], z)
             else:
+                scored = self._score_prompt(request, z)
                 self.count_computed(request, n)
-                if request.computed < len(request.text):  # its prompt's next chunk waits
+                reading = request.computed < len(request.text)  # its prompt's next chunk waits
+                ends = not reading and request.config.max_new_tokens == 0
+                if scored or ends:  # no token drawn: the prompt's scores, or its end
+                    outputs.append(Output(request.id, None, None, ends, "length" * ends or None,
+                                          prompt=scored))
+                if ends:
+                    self.finish(request)
+                if reading or ends:
                     continue
                 new, scores = self._draw(request, z[-1])
             for i, token in enumerate(new):
@@ -173,8 +183,8 @@ class Engine:
                   for r, n in work]
         tables, starts = [r.table for r, _ in work], np.array([r.computed for r, _ in work])
         lengths = np.array([len(c) for c in chunks])
-        logits_wanted = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else 1
-                                  for r, _ in work])
+        logits_wanted = np.array([len(guesses[r.id][0]) + 1 if r.id in guesses else
+                                  n if r.prompt_logprobs is not None else 1 for r, n in work])
         if (lengths == lengths[0]).all():
             batch = PagedBatch(self.block_manager, tables, starts, self.model.attend)
             rows = self.model.forward(np.array(chunks), batch, last=logits_wanted.max())
@@ -191,6 +201,16 @@ class Engine:
         request.computed += n
         self.counts.prompt_tokens_computed += min(n, prompt_left)
         self.block_manager.cache_full_blocks(request)
+
+    def _score_prompt(self, request: Request, logits) -> tuple:
+        """The prompt tokens that the pass's logits (n, V) predict, each scored once (a
+        preempted request reads its prompt again); () unless asked."""
+        if request.prompt_logprobs is None:
+            return ()
+        scored = tuple(score_positions(logits, request.text[:request.prompt_length],
+                                       request.computed, request.scored, request.prompt_logprobs))
+        request.scored += len(scored)
+        return scored
 
     def _draw(self, request: Request, logits) -> tuple[list, list | None]:
         """([the next token], [its ScoredToken + top entries] if asked), as generate draws."""
@@ -220,7 +240,6 @@ class Engine:
         reason = "stop" if stop else "length" if request.new_tokens == config.max_new_tokens \
             else None
         if reason is not None:
-            del self.requests[request.id]
-            self.scheduler.finish(request)
+            self.finish(request)
         logprob, raw, top = (*scored[1:], None)[:3] if scored else (None, None, None)
         return Output(request.id, token, logprob, reason is not None, reason, raw, top)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .block_manager import blocks_for
+
 
 @dataclass(eq=False)
 class Request:
@@ -37,6 +39,8 @@ class Request:
     speculation: object = None  # speculative decoding's drafter and k (speculative.py)
     constraint: object = None  # its output's language (minillm.constrain), and
     state: int = 0  # the automaton's state after the tokens drawn so far
+    prompt_logprobs: int | None = None  # score the prompt's tokens, with this many top entries,
+    scored: int = 1  # up to here (the first token has no score)
     table: list = field(default_factory=list)  # block ids, position p in table[p // bs]
     computed: int = 0  # positions [0, computed) are in the blocks
     new_tokens: int = 0
@@ -67,6 +71,17 @@ class Scheduler:
         self.waiting, self.running = deque(), []
         self.preemptions = 0
         self.prompt_tokens_reused = 0  # prompt positions found in the prefix cache
+
+    def check_fits(self, prompt_length: int, max_new_tokens: int) -> None:
+        """Refuse a request that could pass the context (the engine does not slide) or the pool."""
+        longest, manager = prompt_length + max_new_tokens, self.block_manager
+        if longest > self.context_length:
+            raise ValueError(f"prompt_ids: {prompt_length} tokens and max_new_tokens "
+                             f"{max_new_tokens} pass the context of {self.context_length}: "
+                             "the engine does not slide the window")
+        if blocks_for(longest, manager.block_size) > manager.num_blocks:
+            raise ValueError(f"prompt_ids: {longest} positions need more than the pool's "
+                             f"{manager.num_blocks} blocks of {manager.block_size}")
 
     def finish(self, request: Request) -> None:
         """The request leaves (finished or aborted); its blocks go back."""
