@@ -86,7 +86,10 @@ def top_entries(logprobs, k: int) -> list[tuple[int, float]]:
     likely first, ties by the lowest id."""
     if k <= 0:
         return []
-    order = np.argsort(-logprobs, kind="stable")[:k]
+    k = min(k, len(logprobs))
+    kth = np.partition(logprobs, -k)[-k]  # the k-th largest: a partition, not a sort of V
+    candidates = np.flatnonzero(logprobs >= kth)  # the k largest and their ties, by id
+    order = candidates[np.argsort(-logprobs[candidates], kind="stable")][:k]
     return [(int(t), float(logprobs[t])) for t in order if np.isfinite(logprobs[t])]
 
 

@@ -334,3 +334,15 @@ def test_a_window_slide_costs_one_forward_pass(monkeypatch, prompts):
     n = 20  # the window (6) slides to 3 tokens and fills again: 6 slides
     generate(model, prompts, max_new_tokens=n, temperature=0)
     assert len(calls) == 1 + (n - 1)
+
+
+@given(st.lists(st.sampled_from([-np.inf, -3.0, -1.5, -1.5, -0.5, 0.0]), min_size=1,
+                max_size=30), st.integers(0, 35))
+def test_top_entries_are_a_stable_sort_cut_at_k(values, k):
+    """The k largest finite entries, ties to the lowest id: what a stable argsort of the whole
+    row gives, found with a partition."""
+    from minillm.logprobs import top_entries
+
+    row = np.array(values)
+    order = np.argsort(-row, kind="stable")[:k]
+    assert top_entries(row, k) == [(int(t), float(row[t])) for t in order if np.isfinite(row[t])]

@@ -266,6 +266,26 @@ def test_prompt_scores_in_the_batched_pass_equal_one_uncached_pass(caching):
         assert [o.token for o in outputs[plain[i]]] == alone(MODEL, prompt, 8, i, {})[0]
 
 
+def test_a_prompt_being_scored_lets_others_join_and_reads_at_most_the_prefill_cap():
+    """A long prompt to score reads max_prefill_tokens positions a step and holds no one up:
+    a short request added after it joins at once and draws its tokens before the scoring ends
+    (a long prompt to generate from is read alone, so that one waits)."""
+    long_prompt, short = [5, 6, 7] * 12, [1, 2]
+    for scored, short_waits in ((2, False), (None, True)):
+        engine = Engine(MODEL, block_size=4, max_batch_tokens=8, max_prefill_tokens=3)
+        first = engine.add_request(long_prompt, max_new_tokens=0 if scored else 1,
+                                   prompt_logprobs=scored)
+        second = engine.add_request(short, max_new_tokens=2)
+        steps = []
+        while engine.has_unfinished():
+            steps.append(engine.step())
+        ends = {o.request_id: i for i, step in enumerate(steps) for o in step if o.finished}
+        assert (ends[second] > ends[first]) == short_waits
+        if scored:
+            read = [len(o.prompt) for step in steps for o in step if o.request_id == first]
+            assert max(read) <= 3 and sum(read) == len(long_prompt) - 1
+
+
 DRAFT = minillm.random_model(minillm.ModelConfig(
     arch="modern", vocab_size=32, context_length=40, d_model=8, n_layers=1, n_heads=2,
     n_kv_heads=1, d_ff=8), seed=4, dtype="float64", std=0.5)

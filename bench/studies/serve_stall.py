@@ -1,7 +1,7 @@
 """Whether a cheap request waits behind expensive ones: `minillm serve` on SmolLM2 given six
 64 KiB prompts without a space (adversarial for BPE merging: one word of 64 Ki characters, more
-tokens than the context, refused once counted) and an `n=16, logprobs=1` request on a prompt of
-about 1,000 tokens, while a small streaming request (a few tokens, 4 new) is sent again and
+tokens than the context, refused once counted), an `n=16, logprobs=1` request on a prompt of
+about 1,000 tokens and the echo of a prompt of about 4,000 tokens with its scores, while a small streaming request (a few tokens, 4 new) is sent again and
 again; its time to first token under that load against alone.
 
     python -m bench.studies.serve_stall [--model_path smollm2-135m-instruct] [--small 8]
@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.model = Path(model_file(args.model_path)).resolve()
     (long_prompt,), _, _ = prompts(args.model, 1, (1000, 1000), 16, 0)
+    (echoed,), _, _ = prompts(args.model, 1, (4000, 4000), 16, 1)
     rng = random.Random(0)
     adversarial = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(65536))
                    for _ in range(6)]
@@ -71,6 +72,9 @@ def main(argv=None) -> int:
             heavy.append(("n=16, logprobs=1, ~1,000-token prompt", {
                 "model": server.model, "prompt": long_prompt, "n": 16, "logprobs": 1,
                 "max_tokens": 16, "temperature": 1.0, "seed": 0}))
+            heavy.append(("echo, logprobs=1, max_tokens 0, ~4,000-token prompt", {
+                "model": server.model, "prompt": echoed, "echo": True, "logprobs": 1,
+                "max_tokens": 0}))
 
             def run(name, request):
                 results[name] = post(server, request)

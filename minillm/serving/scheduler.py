@@ -93,23 +93,25 @@ class Scheduler:
         needs taken. Running requests go in the order they joined, the decoding ones first, so
         the newest (preempted when blocks run out) is never one already given work. Waiting
         requests join until one is left with part of its prompt unread: a prompt read in
-        chunks is read alone, so that its blocks are cached before the next requests come."""
+        chunks is read alone, so that its blocks are cached before the next requests come (but
+        a prompt being scored, which reuses no block, at most max_prefill_tokens a step)."""
         budget, work = self.max_batch_tokens, []
-        manager, W = self.block_manager, self.context_length
+        manager = self.block_manager
         decoding = any(r.to_compute == 1 for r in self.running)
         prefill = min(budget, self.max_prefill_tokens) if decoding else budget  # <= budget
         for request in list(self.running):  # oldest first: the decoding ones come first
             if request not in self.running or budget == 0:  # preempted, or no budget left
                 break
             reading = request.to_compute > 1
-            n = request.chunk(prefill if reading else budget, W)
+            n = self.chunk(request, prefill if reading else budget)
             if n and self.make_room(request, n):  # else it waits, or gave way itself
                 work.append((request, n))
                 budget, prefill = budget - n, min(budget - n, prefill - n * reading)
-        while self.waiting and prefill > 0 and all(n >= r.to_compute for r, n in work):
+        while self.waiting and prefill > 0 and all(n >= r.to_compute or r.prompt_logprobs
+                                                   is not None for r, n in work):
             request = self.waiting[0]
             manager.reuse_prefix(request)
-            n = request.chunk(prefill, W)
+            n = self.chunk(request, prefill)
             if n == 0 or not manager.can_allocate(request, n):
                 manager.release(request)  # no room: it waits, holding nothing
                 break
@@ -120,6 +122,13 @@ class Scheduler:
             work.append((request, n))
             budget, prefill = budget - n, prefill - n
         return work
+
+    def chunk(self, request: Request, budget: int) -> int:
+        """Request.chunk, at most max_prefill_tokens for a prompt being scored (the logits of
+        each of its positions are held)."""
+        if request.prompt_logprobs is not None:
+            budget = min(budget, self.max_prefill_tokens)
+        return request.chunk(budget, self.context_length)
 
     def make_room(self, request: Request, n: int) -> bool:
         """Take the blocks `request` needs for n more positions, preempting the newest running
