@@ -284,6 +284,7 @@ def test_a_prompt_being_scored_lets_others_join_and_reads_at_most_the_prefill_ca
         if scored:
             read = [len(o.prompt) for step in steps for o in step if o.request_id == first]
             assert max(read) <= 3 and sum(read) == len(long_prompt) - 1
+            assert read[0] == 1  # half the cap while the short request waits
 
 
 DRAFT = minillm.random_model(minillm.ModelConfig(

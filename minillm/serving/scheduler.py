@@ -94,7 +94,7 @@ class Scheduler:
         the newest (preempted when blocks run out) is never one already given work. Waiting
         requests join until one is left with part of its prompt unread: a prompt read in
         chunks is read alone, so that its blocks are cached before the next requests come (but
-        a prompt being scored, which reuses no block, at most max_prefill_tokens a step)."""
+        a prompt being scored, which reuses no block, holds no one up: self.chunk)."""
         budget, work = self.max_batch_tokens, []
         manager = self.block_manager
         decoding = any(r.to_compute == 1 for r in self.running)
@@ -124,10 +124,10 @@ class Scheduler:
         return work
 
     def chunk(self, request: Request, budget: int) -> int:
-        """Request.chunk, at most max_prefill_tokens for a prompt being scored (the logits of
-        each of its positions are held)."""
+        """Request.chunk; for a prompt being scored (the logits of each of its positions are
+        held) at most max_prefill_tokens, and half of that while others wait to join."""
         if request.prompt_logprobs is not None:
-            budget = min(budget, self.max_prefill_tokens)
+            budget = min(budget, max(1, self.max_prefill_tokens // (1 + bool(self.waiting))))
         return request.chunk(budget, self.context_length)
 
     def make_room(self, request: Request, n: int) -> bool:
