@@ -40,6 +40,7 @@ def accepts(machine, text: str) -> bool:
 # -- integer bounds --------------------------------------------------------------------------
 
 @given(st.one_of(st.none(), st.integers(-1200, 1200)), st.integers(0, 1500))
+@settings(max_examples=150)
 def test_an_integer_range_is_exact(low, width):
     """integer_range(low, high) matches the decimal text of n exactly when low <= n <= high,
     for every n of a window around both ends; never a leading zero or a plus sign, nor "-0"
@@ -61,6 +62,7 @@ def test_an_integer_range_is_exact(low, width):
                 min_size=1, max_size=3, unique=True),
        st.lists(st.one_of(st.integers(-60, 60), st.floats(-60, 60).map(lambda x: round(x, 1))),
                 min_size=3, max_size=3))
+@settings(max_examples=100)
 def test_integer_bounds_follow_the_keywords_exactly(names, values):
     """Every bound keyword, integer or not, through the automaton: the integers of -80..80
     accepted are exactly those Python's comparisons keep (an empty range refused)."""

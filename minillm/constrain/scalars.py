@@ -7,6 +7,7 @@ rx_int_range and XGrammar's range regex). Texts of one length d between a and b:
     same(a, b) = a                                    if a == b
                = a[0] same(a[1:], b[1:])              if they share the first digit
                = a[0] same(a[1:], 99..9) | [a0+1 - b0-1][0-9]{d-1} | b[0] same(00..0, b[1:])
+                 (a first digit whose every tail is in range joins the middle class)
 
 and low..high is the union over the lengths in between, a minus sign before the negative
 part. The bounds may be any JSON numbers: n >= 2.5 is n >= 3 for an integer, exactly.
@@ -94,16 +95,24 @@ def same_length(a: str, b: str) -> str:
     if a == b:
         return a
     if a == "0" * n and b == "9" * n:
-        return f"[0-9]{{{n}}}"
+        return digits(n)
     if n == 1:
         return f"[{a}-{b}]"
     if a[0] == b[0]:
         return a[0] + same_length(a[1:], b[1:])
-    parts = [a[0] + same_length(a[1:], "9" * (n - 1))]
-    if int(a[0]) + 1 <= int(b[0]) - 1:
-        parts.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}][0-9]{{{n - 1}}}")
-    parts.append(b[0] + same_length("0" * (n - 1), b[1:]))
+    whole_low, whole_high = a[1:] == "0" * (n - 1), b[1:] == "9" * (n - 1)
+    first, last = int(a[0]) + (not whole_low), int(b[0]) - (not whole_high)
+    parts = [] if whole_low else [a[0] + same_length(a[1:], "9" * (n - 1))]
+    if first <= last:  # the first digits followed by any digits, as one class
+        parts.append((f"[{first}-{last}]" if first < last else str(first)) + digits(n - 1))
+    if not whole_high:
+        parts.append(b[0] + same_length("0" * (n - 1), b[1:]))
     return either(parts)
+
+
+def digits(k: int) -> str:
+    """Any k digits."""
+    return "[0-9]" + (f"{{{k}}}" if k > 1 else "")
 
 
 def either(parts) -> str:
