@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from minillm.constrain.dfa import determinize
 from minillm.constrain.nfa import thompson
 from minillm.constrain.pattern import parse
 from minillm.constrain.refs import MAX_RECURSION
-from minillm.constrain.scalars import integer_range
+from minillm.constrain.numbers import FRACTION_DIGITS, integer_range
 from minillm.constrain.schema import schema_regex
 from minillm.generate import generate
 from tests.test_constrain import MODEL, PROMPT, TOKENIZER, ByteTokenizer, Closing
@@ -76,6 +77,39 @@ def test_integer_bounds_follow_the_keywords_exactly(names, values):
         assert "empty language" in str(e) and not valid
         return
     assert [n for n in range(-80, 81) if accepts(machine, str(n))] == valid
+
+
+DECIMALS = sorted({f"{sign}{i}{f}" for sign in ("", "-") for i in range(0, 13) for f in (
+    "", ".0", ".5", ".000001", ".999999", ".00", ".1", ".25", ".0000001", ".9999999")})
+
+
+@given(st.one_of(st.none(), st.integers(-12, 12)), st.booleans(),
+       st.one_of(st.none(), st.integers(-12, 12)), st.booleans())
+@settings(max_examples=100)
+def test_number_bounds_are_exact_on_the_texts_they_allow(low, low_open, high, high_open):
+    """A number with whole bounds: over a grid of decimal texts, one is accepted exactly when
+    its value (a Fraction, and the double jsonschema compares, alike) lies within the bounds
+    and it has at most FRACTION_DIGITS digits after the point ("-0" forms, the value 0, may
+    be left out where the bounds do not reach below 0)."""
+    schema = {"type": "number"}
+    if low is not None:
+        schema["exclusiveMinimum" if low_open else "minimum"] = low
+    if high is not None:
+        schema["exclusiveMaximum" if high_open else "maximum"] = high
+    def within(v):
+        return (low is None or (v > low if low_open else v >= low)) and \
+            (high is None or (v < high if high_open else v <= high))
+    try:
+        machine = automaton(schema)
+    except ValueError as e:
+        assert "empty language" in str(e) and not any(within(Fraction(t)) for t in DECIMALS)
+        return
+    for text in DECIMALS:
+        ours, value = accepts(machine, text), Fraction(text)
+        assert not ours or (within(value) and within(float(text))), (schema, text)
+        short = len(text.partition(".")[2]) <= FRACTION_DIGITS
+        if within(value) and short and not (text.startswith("-") and value == 0):
+            assert ours, (schema, text)
 
 
 # -- string patterns -------------------------------------------------------------------------
@@ -183,6 +217,9 @@ LEAVES = st.one_of(
     st.tuples(st.integers(-20, 20), st.integers(0, 30)).map(
         lambda t: {"type": "integer", "minimum": t[0], "exclusiveMaximum": t[0] + t[1] + 1}),
     st.sampled_from(PATTERNS).map(lambda p: {"type": "string", "pattern": p}),
+    st.tuples(st.integers(-3, 3), st.integers(0, 3), st.booleans()).map(lambda t: {
+        "type": "number", "exclusiveMinimum" if t[2] else "minimum": t[0],
+        "maximum": t[0] + t[1] + t[2]}),
     st.sampled_from([{"type": "string", "maxLength": 2}, {"enum": ["a", 1, None, True]},
                      {"const": {"k": [1]}}, {"type": "boolean"}, {"type": "number"},
                      {"oneOf": [{"type": "boolean"}, {"type": "string", "maxLength": 1}]},
@@ -246,8 +283,8 @@ def test_outputs_complete_and_validate(schema):
 # -- refusals and bad input ------------------------------------------------------------------
 
 @pytest.mark.parametrize("schema, named", [
-    ({"type": "number", "minimum": 0}, "minimum is read for the type integer only"),
-    ({"maximum": 3}, "maximum"),
+    ({"type": "number", "minimum": 0.5}, "minimum 0.5 on a number is not read"),
+    ({"exclusiveMaximum": 1e9}, "only whole bounds below 1000000000"),
     ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength next to pattern"),
     ({"$ref": "#/$defs/A", "type": "object", "$defs": {"A": {}}}, "'type' next to $ref"),
     ({"anyOf": [{}], "type": "string"}, "'type' next to anyOf"),
@@ -274,6 +311,7 @@ def test_a_schema_not_read_is_refused_in_one_line_naming_why(schema, named):
 @pytest.mark.parametrize("schema", [
     {"type": "integer", "minimum": 3, "maximum": 2},
     {"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3},
+    {"type": "number", "exclusiveMinimum": 2, "maximum": 2},
     {"const": "a", "type": "integer"},
     {"type": "string", "pattern": r"^[^\s\S]$"},
     {"type": "array", "items": False, "minItems": 1},

@@ -7,8 +7,9 @@ pattern.py reads (the way of outlines-core's json_schema module).
 Read: `type` (object, array, string, number, integer, boolean, null, or a list of them),
 `properties`, `required`, `additionalProperties` (false, or a schema where no `properties`
 are given), `enum`, `const`, `items`, `minItems`/`maxItems`, `minLength`/`maxLength`,
-`pattern` and the integer bounds (scalars.py), `anyOf`, `oneOf` (refs.py: where its branches
-are disjoint), `$ref` within the schema (refs.py). Ignored by design: the annotations
+`pattern` (strings.py), `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`
+(numbers.py), `anyOf`, `oneOf` (refs.py: where its branches are disjoint), `$ref` within
+the schema (refs.py). Ignored by design: the annotations
 `title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`, OpenAPI's
 `discriminator` (no validator reads it), and `$defs`/`definitions`, read through `$ref`.
 Any other keyword is refused by name, never silently ignored: its text would then be
@@ -34,10 +35,13 @@ import json
 import re
 
 from .refs import Walk, entered, of_type, overlapping
-from .scalars import (NOTHING, SCALARS, STRING, a_string, bounds, integer_bounds,
-                      integer_range, repeat)
+from .numbers import (INTEGER, NUMBER, integer_bounds, integer_range, number_bounds,
+                      number_range)
+from .strings import NOTHING, STRING, a_string, bounds, repeat
 
 WS = "[ ]?"
+SCALARS = {"string": STRING, "integer": INTEGER, "number": NUMBER, "boolean": "(?:true|false)",
+           "null": "null"}
 MAX_NESTING = 3  # brackets deep, in a value whose schema does not say what it holds
 MAX_PATTERN_LENGTH = 1_000_000  # characters: a schema that writes more is refused
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id",
@@ -45,7 +49,7 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id",
 KIND_KEYWORDS = {"object": {"properties", "required", "additionalProperties"},
                  "array": {"items", "minItems", "maxItems"},
                  "string": {"minLength", "maxLength", "pattern"},
-                 "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}}
+                 "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}}
 KEYWORDS = {"type", "enum", "const", "anyOf", "oneOf", "$ref", *set().union(
     *KIND_KEYWORDS.values())}
 
@@ -106,6 +110,8 @@ def value(schema, at: Walk) -> str:
             patterns.append(a_string(schema))
         elif kind == "integer":
             patterns.append(integer_range(*integer_bounds(schema)))
+        elif kind == "number" and KIND_KEYWORDS["number"] & set(schema):
+            patterns.append(number_range(*number_bounds(schema)))
         elif kind in SCALARS:
             patterns.append(SCALARS[kind])
         else:
@@ -145,16 +151,12 @@ def alone(schema: dict, name: str, also=()):
 
 def kinds(schema: dict) -> list:
     """The types the schema's values may have: its `type`, else those its keywords speak
-    of, else all; a bound on a number that is not an integer refused by name."""
+    of, else all."""
     types = schema.get("type")
     if types is None:
         types = [kind for kind, words in KIND_KEYWORDS.items() if words & set(schema)]
         types = types or ["object", "array", "string", "number", "integer", "boolean", "null"]
     types = types if isinstance(types, list) else [types]
-    bound = sorted(set(schema) & KIND_KEYWORDS["integer"])
-    if bound and ("number" in types or "type" not in schema):
-        raise ValueError(f"json_schema: {bound[0]} is read for the type integer only (a "
-                         f"number's bounds are not kept exactly here)")
     if "number" in types and "integer" in types:  # every integer's text is a number's
         types = [t for t in types if t != "integer"]
     return types
