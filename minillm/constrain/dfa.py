@@ -14,6 +14,9 @@ minimization (Hopcroft and Ullman, "Introduction to Automata Theory", chapters 2
 The alphabet is cut first into byte classes, the bytes no edge of the NFA tells apart (its
 ranges' boundaries): [a-z] is one class, not twenty-six. The result, an Automaton, is a table
 (states, 256) of next states, -1 where a byte leads nowhere, with the start state 0.
+
+A language too large is refused as it grows, by counts, not by a clock: MAX_DFA_STATES as
+each state is made, MAX_SUBSET_STEPS and MAX_MINIMIZE_STEPS as the work is done.
 """
 from __future__ import annotations
 

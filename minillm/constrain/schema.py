@@ -9,9 +9,9 @@ Read: `type` (object, array, string, number, integer, boolean, null, or a list o
 are given), `enum`, `const`, `items`, `minItems`/`maxItems`, `minLength`/`maxLength`,
 `pattern` (strings.py), `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`
 (numbers.py), `anyOf`, `oneOf` (refs.py: where its branches are disjoint), `$ref` within
-the schema (refs.py). Ignored by design: the annotations
-`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`, OpenAPI's
-`discriminator` (no validator reads it), and `$defs`/`definitions`, read through `$ref`.
+the schema (refs.py). Ignored by design: the annotations `title`, `description`,
+`default`, `examples`, `$schema`, `$id`, `$comment`, OpenAPI's `discriminator` (no
+validator reads it), and `$defs`/`definitions`, read through `$ref`.
 Any other keyword is refused by name, never silently ignored: its text would then be
 promised and not kept; so is any keyword next to `$ref`, `anyOf`, `oneOf`, `const`, `enum`
 but the annotations (and `type`, which keeps the constants of that type).
@@ -25,7 +25,8 @@ Choices, each applied everywhere alike:
   MAX_NESTING brackets; a schema with no type but keywords of some types (`properties`,
   `items`, `maxLength`...) is read as of those types;
 - whitespace: at most one space where JSON allows whitespace between tokens ("[ ]?", as
-  outlines-core), none before or after the value: the model cannot pad forever;
+  outlines-core), none before or after the value, one at most inside empty brackets: the
+  model cannot pad forever;
 - a `const` or `enum` value is written as json.dumps writes it with no spaces;
 - a schema whose pattern would pass MAX_PATTERN_LENGTH characters is refused as it grows.
 """
@@ -34,9 +35,9 @@ from __future__ import annotations
 import json
 import re
 
-from .refs import Walk, entered, of_type, overlapping
 from .numbers import (INTEGER, NUMBER, integer_bounds, integer_range, number_bounds,
                       number_range)
+from .refs import Walk, entered, of_type, overlapping
 from .strings import NOTHING, STRING, a_string, bounds, repeat
 
 WS = "[ ]?"
@@ -86,7 +87,7 @@ def value(schema, at: Walk) -> str:
         if name in schema and (not isinstance(schema[name], list) or not schema[name]):
             raise ValueError(f"json_schema: {name} must be a non-empty list")
     if "const" in schema or "enum" in schema:
-        return constants(schema)
+        return checked(constants(schema))
     for name in ("anyOf", "oneOf"):
         if name in schema:
             alone(schema, name)
@@ -96,8 +97,11 @@ def value(schema, at: Walk) -> str:
     patterns = []
     for kind in kinds(schema):
         if kind == "object":
-            members = {name: value(sub, at.deeper())
-                       for name, sub in (schema.get("properties") or {}).items()}
+            properties, required = schema.get("properties") or {}, schema.get("required", [])
+            if not isinstance(properties, dict) or not isinstance(required, list):
+                raise ValueError("json_schema: properties must be an object and required a "
+                                 "list")
+            members = {name: value(sub, at.deeper()) for name, sub in properties.items()}
             extra = schema.get("additionalProperties")
             extra = None if extra in (None, True) or "properties" in schema else \
                 value(extra, at.deeper())
