@@ -24,7 +24,7 @@ from minillm.constrain.refs import MAX_RECURSION
 from minillm.constrain.numbers import FRACTION_DIGITS, integer_range
 from minillm.constrain.schema import schema_regex
 from minillm.generate import generate
-from tests.test_constrain import MODEL, PROMPT, TOKENIZER, ByteTokenizer, Closing
+from tests.test_constrain import MODEL, PROMPT, TOKENIZER, ByteTokenizer, Closing, patterns
 
 jsonschema = pytest.importorskip("jsonschema")  # the test extra installs it
 
@@ -120,12 +120,22 @@ PATTERNS = ["a", "^a", "b$", "^a+$", "a|1", '"', r"\\", r"\n", "^.$", "[^a]", r"
             '^[^"]*$', r"\$"]
 
 
-def strings(n=3):
-    return ["".join(t) for k in range(n + 1) for t in itertools.product(ALPHABET, repeat=k)]
+STRINGS = ["".join(t) for k in range(4) for t in itertools.product(ALPHABET, repeat=k)]
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_a_pattern_is_a_search_over_the_strings_json_text(pattern):
+    search_matches_json_texts(pattern)
+
+
+@given(patterns(max_leaves=4), st.sampled_from(["", "^"]), st.sampled_from(["", "$"]))
+@settings(max_examples=60)
+def test_drawn_patterns_are_searches_over_json_texts(pattern, start, end):
+    """The same, for patterns drawn as test_constrain.py draws them, anchored or not."""
+    search_matches_json_texts(f"{start}(?:{pattern}){end}")
+
+
+def search_matches_json_texts(pattern):
     """The schema {"type": "string", "pattern": p} accepts the JSON text (json.dumps) of a
     string exactly when re.search finds p in it (ASCII classes; a final $ as ECMA-262 reads
     it, the very end, where Python's also allows a newline after: \\Z); where \\D \\W \\S
@@ -134,7 +144,7 @@ def test_a_pattern_is_a_search_over_the_strings_json_text(pattern):
     narrowed = re.search(r"\\[DWS]|\[\^[^]]*\\[dwsDWS]", pattern) is not None
     oracle = pattern[:-1] + r"\Z" if pattern.endswith("$") and pattern[-2:] != r"\$" else \
         pattern
-    for s in strings():
+    for s in STRINGS:
         ours = accepts(machine, json.dumps(s, ensure_ascii=False))
         ascii_reading = bool(re.search(oracle, s, re.ASCII))
         unicode_reading = bool(re.search(oracle, s))
