@@ -124,8 +124,7 @@ def unsigned(low, low_open: bool, high, high_open: bool):
         parts.append(naturals(first, last) + FRACTION)
     if low is not None and low_open and (high is None or low < high):
         parts.append(str(low) + NONZERO_FRACTION)  # I = lo, f > 0
-    if high is not None and not high_open and high >= (first if low is None or not low_open
-                                                       else low + 1):
+    if high is not None and not high_open and high >= first:
         parts.append(str(high) + ZERO_FRACTION)  # I = hi, f = 0
     return either(parts) if parts else None
 
