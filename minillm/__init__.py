@@ -26,7 +26,8 @@ __version__ = "0.1.0"
 # and serving chapters' in their folders). Everything else lives in the subpackages.
 READING_ORDER = ("tiny", "rope_scaling", "layers", "kv_cache", "parameters", "config", "inputs",
                  "model", "knobs", "sampling", "constrain.pattern", "constrain.nfa",
-                 "constrain.dfa", "constrain.index", "constrain.schema", "constrain.constraint",
+                 "constrain.dfa", "constrain.index", "constrain.numbers", "constrain.strings",
+                 "constrain.refs", "constrain.schema", "constrain.constraint",
                  "window", "stopping", "logprobs", "generate",
                  "drafters", "speculative", "serving.block_manager", "serving.batches",
                  "serving.scheduler", "serving.speculative", "serving.engine", "conversation",

@@ -375,7 +375,7 @@ def test_json_schema_outputs_validate(schema):
     ({"type": "string", "format": "date"}, "format"), ({"$ref": "#/x"}, "$ref"),
     ({"type": "object", "properties": {}, "additionalProperties": True}, "additionalProperties"),
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "'b'"),
-    ({"type": "integer", "minimum": 1}, "minimum"), ({"type": "date"}, "date")])
+    ({"type": "number", "minimum": 1.5}, "minimum"), ({"type": "date"}, "date")])
 def test_a_schema_keyword_not_read_is_refused_by_name(schema, keyword):
     with pytest.raises(ValueError, match=re.escape(keyword)):
         json_schema(schema, TOKENIZER)

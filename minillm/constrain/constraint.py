@@ -71,13 +71,22 @@ def json_schema(schema, tokenizer) -> Constraint:
 
 def compiled(tree, tokenizer, source: str) -> Constraint:
     """The pattern's tree through Thompson, subsets, trimming and minimization, then the
-    vocabulary's index."""
+    vocabulary's index. Bad input fails here, in one line and before anything is kept: a
+    language too large (nfa.py's, dfa.py's bounds on states and on steps), an empty one, one
+    that no token sequence of this vocabulary spells (its start allows no token and does
+    not accept)."""
     if not hasattr(tokenizer, "token_bytes"):
         raise ValueError(f"constraint: the tokenizer must give each token's bytes "
                          f"(token_bytes), got {type(tokenizer).__name__}")
-    automaton = determinize(*thompson(tree))
-    return Constraint(source, automaton, index(automaton, vocabulary(tokenizer)),
-                      len(tokenizer))
+    try:
+        automaton = determinize(*thompson(tree))
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    c = Constraint(source, automaton, index(automaton, vocabulary(tokenizer)), len(tokenizer))
+    if not allowed(c, 0, c.size).any():
+        raise ValueError(f"{source}: no token of this vocabulary can begin a text of the "
+                         "language")
+    return c
 
 
 def allowed(constraint: Constraint, state: int, vocab_size: int) -> np.ndarray:

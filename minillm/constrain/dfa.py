@@ -14,6 +14,9 @@ minimization (Hopcroft and Ullman, "Introduction to Automata Theory", chapters 2
 The alphabet is cut first into byte classes, the bytes no edge of the NFA tells apart (its
 ranges' boundaries): [a-z] is one class, not twenty-six. The result, an Automaton, is a table
 (states, 256) of next states, -1 where a byte leads nowhere, with the start state 0.
+
+A language too large is refused as it grows, by counts, not by a clock: MAX_DFA_STATES as
+each state is made, MAX_SUBSET_STEPS and MAX_MINIMIZE_STEPS as the work is done.
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_DFA_STATES = 20_000  # a language that needs more is refused, not built
+# The build's work, bounded: a language whose automaton costs more is refused as it passes.
+MAX_SUBSET_STEPS = 10_000_000  # NFA states moved on a byte class, in subset construction
+MAX_MINIMIZE_STEPS = 500_000_000  # (state, byte class) pairs compared, over Moore's rounds
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ def determinize(nfa, start: int, accept: int) -> Automaton:
     rows, accepting = subsets(nfa, start, accept, classes)
     rows, accepting = trim(rows, accepting)
     if not rows:
-        raise ValueError("the pattern matches no text at all (an empty language)")
+        raise ValueError("no text at all matches it (an empty language)")
     rows, accepting = minimize(rows, accepting)
     table = np.array(rows, dtype=np.int32)[:, classes]  # (n, classes) -> (n, 256)
     return Automaton(table, np.array(accepting, dtype=bool))
@@ -79,11 +85,15 @@ def subsets(nfa, start: int, accept: int, classes: np.ndarray):
     empty set of NFA states, where nothing can go on, is a state too; trim removes it)."""
     representatives = [int(np.argmax(classes == c)) for c in range(int(classes.max()) + 1)]
     first = closure(nfa, [start])
-    number, sets, rows = {first: 0}, [first], []
+    number, sets, rows, steps = {first: 0}, [first], [], 0
     while len(rows) < len(sets):
         current = sets[len(rows)]
         row = []
         for byte in representatives:
+            steps += len(current)  # each NFA state of the set is moved on the byte
+            if steps > MAX_SUBSET_STEPS:
+                raise ValueError(f"the language is too large to build: subset construction "
+                                 f"passed {MAX_SUBSET_STEPS} steps")
             moved = closure(nfa, [to for s in current for low, high, to in nfa.edges[s]
                                   if low <= byte <= high])
             if moved not in number:
@@ -117,21 +127,27 @@ def trim(rows, accepting):
 
 def minimize(rows, accepting):
     """Moore's refinement: the blocks of states no text tells apart, as the new states (the
-    block of the start numbered 0); -1 (no way on) is a block of its own."""
-    block = [int(a) for a in accepting]
+    block of the start numbered 0); -1 (no way on) is a block of its own. A round is one
+    NumPy pass: a state's signature, its block and its transitions' blocks, is a row of
+    ints, read as one string of bytes; a dict numbers the distinct ones as first met."""
+    table = np.array(rows, dtype=np.int64)  # (n, classes), -1: no way on
+    block = np.array(accepting, dtype=np.int64)  # (n,)
+    count, steps = len(set(accepting)), 0
     while True:
-        signature = [(block[s], tuple(-1 if t < 0 else block[t] for t in row))
-                     for s, row in enumerate(rows)]
-        numbers = {}
-        for sig in [signature[0]] + signature:  # the start's block first: it becomes 0
-            numbers.setdefault(sig, len(numbers))
-        refined = [numbers[sig] for sig in signature]
-        if len(numbers) == len(set(block)):  # no block split: stable
+        steps += table.size  # every state compared on every class
+        if steps > MAX_MINIMIZE_STEPS:
+            raise ValueError(f"the language is too large to build: minimization passed "
+                             f"{MAX_MINIMIZE_STEPS} steps")
+        signature = np.column_stack([block, np.where(table >= 0, block[table], -1)])
+        keys = signature.view(np.dtype((np.void, signature.itemsize * signature.shape[1])))
+        numbers = {}  # the start's signature first: its block becomes 0
+        refined = np.array([numbers.setdefault(key, len(numbers))
+                            for key in keys.ravel().tolist()])
+        if len(numbers) == count:  # no block split: stable
             break
-        block = refined
-    n = len(numbers)
-    new_rows, new_accepting = [None] * n, [False] * n
-    for s, row in enumerate(rows):
-        new_rows[refined[s]] = [-1 if t < 0 else refined[t] for t in row]
-        new_accepting[refined[s]] = accepting[s]
-    return new_rows, new_accepting
+        block, count = refined, len(numbers)
+    new_table = np.full((count, table.shape[1]), -1, dtype=np.int64)
+    new_table[refined] = np.where(table >= 0, refined[table], -1)
+    new_accepting = np.zeros(count, dtype=bool)
+    new_accepting[refined] = accepting
+    return new_table.tolist(), new_accepting.tolist()

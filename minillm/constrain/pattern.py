@@ -27,13 +27,15 @@ NAMED_CLASSES = {"d": DIGITS, "w": WORD, "s": SPACE}
 CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
 
 
-def parse(pattern: str):
-    """The tree of `pattern`; a ValueError saying where it leaves the subset."""
-    reader = Reader(pattern)
+def parse(pattern: str, negations_within: int = MAX_CODE_POINT):
+    """The tree of `pattern`; a ValueError saying where it leaves the subset. \\D \\W \\S,
+    and a [^...] holding \\d \\w \\s or those, keep only the code points up to
+    `negations_within` (JSON Schema's: ASCII, so that Unicode's reading agrees)."""
+    reader = Reader(pattern, negations_within)
     if pattern.startswith("^"):
         reader.at = 1
     tree = alternation(reader)
-    if reader.peek() == "$" and reader.at == len(pattern) - 1:
+    if ends_in_anchor(reader):
         reader.at += 1
     if reader.at < len(pattern):
         reader.fail("unexpected " + repr(pattern[reader.at]) + (" (anchors are read only at "
@@ -49,8 +51,8 @@ def literal(text: str):
 class Reader:
     """The pattern and where the parser is in it."""
 
-    def __init__(self, pattern: str):
-        self.pattern, self.at = pattern, 0
+    def __init__(self, pattern: str, negations_within: int = MAX_CODE_POINT):
+        self.pattern, self.at, self.negations_within = pattern, 0, negations_within
 
     def peek(self) -> str:
         return self.pattern[self.at] if self.at < len(self.pattern) else ""
@@ -77,9 +79,14 @@ def alternation(reader: Reader):
 def concatenation(reader: Reader):
     """quantified atoms until '|', ')' or the end."""
     items = []
-    while reader.peek() not in ("", "|", ")"):
+    while reader.peek() not in ("", "|", ")") and not ends_in_anchor(reader):
         items.append(quantified(reader, atom(reader)))
     return items[0] if len(items) == 1 else ("cat", items)
+
+
+def ends_in_anchor(reader: Reader) -> bool:
+    """Whether the reader is at a `$` that is the pattern's last character (the end anchor)."""
+    return reader.peek() == "$" and reader.at == len(reader.pattern) - 1
 
 
 def quantified(reader: Reader, node):
@@ -127,9 +134,10 @@ def char_class(reader: Reader):
     negated = reader.peek() == "^"
     if negated:
         reader.take()
-    ranges, first = [], True
+    ranges, first, named = [], True, False
     while reader.peek() != "]" or first:
         first = False
+        named |= reader.pattern[reader.at:reader.at + 2].lower() in ("\\d", "\\w", "\\s")
         low = class_member(reader)
         if reader.peek() == "-" and reader.pattern[reader.at + 1:reader.at + 2] not in ("]", ""):
             reader.take()
@@ -141,6 +149,9 @@ def char_class(reader: Reader):
         ranges += low
     reader.take()
     ranges = normalized(ranges)
+    if negated and named:  # [^\w] within the bound too: the complement of a narrowed set
+        return [(low, min(high, reader.negations_within)) for low, high in complement(ranges)
+                if low <= reader.negations_within]
     return complement(ranges) if negated else ranges
 
 
@@ -159,7 +170,10 @@ def escape(reader: Reader):
     c = reader.take()
     if c.lower() in NAMED_CLASSES:
         ranges = NAMED_CLASSES[c.lower()]
-        return complement(ranges) if c.isupper() else ranges
+        if c.isupper():
+            top = reader.negations_within
+            return [(low, min(high, top)) for low, high in complement(ranges) if low <= top]
+        return ranges
     if c in CONTROL_ESCAPES:
         return [(ord(CONTROL_ESCAPES[c]),) * 2]
     if c in "xu":
