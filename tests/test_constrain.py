@@ -214,6 +214,41 @@ def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends
         regex("ad", tok)
 
 
+@given(patterns(max_leaves=4), st.sets(st.sampled_from(list(b"ab1\xc3\xa9")), max_size=3))
+def test_no_state_the_tokens_reach_is_a_dead_end(pattern, missing):
+    """Vocabularies lacking some one-byte tokens (the bytes still inside longer pieces):
+    whether the index is lazy (one-byte tokens finish the text from every state the tokens
+    reach) or pruned, every state reached through allowed tokens allows something."""
+    tok = ByteTokenizer(single_bytes=[b for b in range(256) if b not in missing])
+    try:
+        c = regex(pattern, tok)
+    except ValueError as e:
+        assert "no sequence of this vocabulary" in str(e)
+        return
+    seen, todo = set(), [0]
+    while todo:
+        state = todo.pop()
+        if state in seen or state == DONE:
+            continue
+        seen.add(state)
+        mask = allowed(c, state, len(tok))
+        assert mask.any(), (pattern, missing, state)
+        todo += [advance(c, state, int(t)) for t in np.flatnonzero(mask)]
+
+
+def test_the_vocabulary_is_read_once_per_tokenizer():
+    """A second constraint on the same tokenizer reads nothing again; one whose size has
+    changed is read anew."""
+    tok = ByteTokenizer()
+    first = regex("a", tok).index.vocabulary
+    assert regex("b", tok).index.vocabulary is first
+    tok.pieces.append(b"zz")
+    tok.eos = len(tok.pieces)
+    tok.special_tokens = {"<eos>": tok.eos, "<tool>": tok.eos + 1}
+    tok.eos_token_ids = (tok.eos,)
+    assert regex("a", tok).index.vocabulary is not first
+
+
 # -- generation ------------------------------------------------------------------------------
 
 @given(patterns(), st.integers(0, 2**16), st.sampled_from([
