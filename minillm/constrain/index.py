@@ -14,11 +14,11 @@ the constraint, allowed exactly in accepting states), and so are tokens whose te
 (they would leave the state where it is, a loop the output could take forever).
 
 Rows are built when a state is first reached and kept (lazily), or all at once (`full`):
-the same rows either way (tests/test_constrain.py). NumPy walks every token at once, one
-byte column at a time: the vocabulary as a (longest, tokens) byte matrix, the tokens still
-walking as one vector of ids and one of their states; a token leaves the walk at its last
-byte or at a byte with no transition, so a column costs only the tokens still in the
-language. The vocabulary is read once per tokenizer and kept while the tokenizer lives.
+the same rows either way (tests/test_constrain.py). NumPy walks every token at once, a byte
+at a time, through the vocabulary's byte trie: its nodes are the distinct beginnings of the
+tokens' texts (fewer than their bytes: tokens share beginnings), each walked once, and only
+below the nodes still inside the language. The vocabulary is read once per tokenizer and kept
+while the tokenizer lives.
 
 A dead end (a state where the model may emit nothing) cannot happen: every state of the
 trimmed automaton has a path of bytes to an accepting state, and when that path can be
@@ -41,14 +41,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """The tokenizer's tokens as the index reads them."""
+    """The tokenizer's tokens as the index reads them: each token's text, and their byte
+    trie, whose N nodes are the distinct beginnings of the texts, numbered by length, then
+    in byte order (so that the children of a node are consecutive)."""
 
-    columns: np.ndarray  # (longest, n) uint8: column j, the j-th byte of every token (0 past)
     lengths: np.ndarray  # (n,) int: each token's byte count; 0 for tokens that are not text
     ends: tuple  # the end-of-generation ids
     pieces: list  # each token's bytes, None for those that are not text
     held: np.ndarray  # (256,) bool: the bytes some token holds
     singles: np.ndarray  # (256,) bool: the bytes that are the whole text of some token
+    byte: np.ndarray  # (N,) uint8: each node's last byte
+    parent: np.ndarray  # (N,) int: the node one byte shorter; -1 for a first byte
+    first_child: np.ndarray  # (N,) int: a node's first child
+    children: np.ndarray  # (N,) int: how many children it has
+    node: np.ndarray  # (n,) int: the node of each token's whole text; N if not text
 
 
 READ = weakref.WeakKeyDictionary()  # tokenizer -> (what it was read as, its Vocabulary)
@@ -73,19 +79,29 @@ def vocabulary(tokenizer) -> Vocabulary:
     pieces = [None if i in special else tokenizer.token_bytes(i) or None
               for i in range(len(tokenizer))]
     lengths = np.array([len(p or b"") for p in pieces], dtype=np.int64)
-    data = np.zeros((len(pieces), max(lengths.max(initial=0), 1)), dtype=np.uint8)
-    for i, piece in enumerate(pieces):
-        if piece:
-            data[i, :len(piece)] = np.frombuffer(piece, dtype=np.uint8)
     held, singles = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
     held[np.frombuffer(b"".join(p for p in pieces if p), dtype=np.uint8)] = True
     singles[[pieces[i][0] for i in np.flatnonzero(lengths == 1)]] = True
-    vocab = Vocabulary(np.ascontiguousarray(data.T), lengths, ends, pieces, held, singles)
+    vocab = Vocabulary(lengths, ends, pieces, held, singles, *trie(pieces))
     try:
         READ[tokenizer] = (key, vocab)
     except TypeError:
         pass
     return vocab
+
+
+def trie(pieces):
+    """(byte, parent, first_child, children, node) of the byte trie of the texts `pieces`
+    (None: not text), as Vocabulary reads them."""
+    prefixes = sorted({p[:k] for p in pieces if p for k in range(1, len(p) + 1)})
+    prefixes.sort(key=len)  # by length, in byte order within a length (the sort is stable)
+    number = {q: i for i, q in enumerate(prefixes)}
+    byte = np.array([q[-1] for q in prefixes], dtype=np.uint8)
+    parent = np.array([number.get(q[:-1], -1) for q in prefixes], dtype=np.int64)
+    first_child = np.searchsorted(parent, np.arange(len(prefixes)))  # parent never decreases
+    children = np.bincount(parent[parent >= 0], minlength=len(prefixes))
+    node = np.array([number[p] if p else len(prefixes) for p in pieces], dtype=np.int64)
+    return byte, parent, first_child, children, node
 
 
 @dataclass(frozen=True)
@@ -122,20 +138,24 @@ def row(idx: Index, state: int) -> np.ndarray:
 
 def walk_all(automaton, vocab: Vocabulary, state: int) -> np.ndarray:
     """(n,) int32: the state after each token's bytes from `state`, -1 when a byte has no
-    transition (or the token is not text). Column j moves the tokens still walking; those
-    whose j-th byte was their last are done, those with no transition left behind at -1."""
-    at = np.full(len(vocab.lengths), -1, dtype=np.int32)  # (n,)
-    walking = np.flatnonzero(vocab.lengths > 0)  # (w,) the ids still walking
-    here = np.full(len(walking), state, dtype=np.int32)  # (w,) the state each is in
-    for j in range(vocab.columns.shape[0]):
-        here = automaton.table[here, vocab.columns[j, walking]]
-        last = vocab.lengths[walking] == j + 1
-        at[walking[last]] = here[last]
-        going = ~last & (here >= 0)
-        walking, here = walking[going], here[going]
-        if len(walking) == 0:
-            break
-    return at
+    transition (or the token is not text). The trie a level at a time: a node's state is
+    its parent's moved by the node's byte, and only the children of nodes still inside the
+    language are walked on."""
+    reached = np.full(len(vocab.byte) + 1, -1, dtype=np.int32)  # (N + 1,) the last: not text
+    nodes = np.flatnonzero(vocab.parent < 0)  # the first bytes
+    here = automaton.table[state, vocab.byte[nodes]]  # (nodes,) their states
+    while len(nodes):
+        reached[nodes] = here
+        nodes = children_of(vocab, nodes[here >= 0])
+        here = automaton.table[reached[vocab.parent[nodes]], vocab.byte[nodes]]
+    return reached[vocab.node]
+
+
+def children_of(vocab: Vocabulary, nodes: np.ndarray) -> np.ndarray:
+    """The children of `nodes`, in order: each node's run first_child + 0, 1, ..."""
+    counts = vocab.children[nodes]
+    shift = vocab.first_child[nodes] - (np.cumsum(counts) - counts)  # run start - its place
+    return np.repeat(shift, counts) + np.arange(counts.sum())
 
 
 def full(automaton, vocab: Vocabulary) -> dict:
