@@ -192,6 +192,20 @@ def test_a_lazy_index_equals_the_full_index(pattern, seed):
         np.testing.assert_array_equal(walk_all(c.automaton, c.index.vocabulary, state), plain)
 
 
+@given(patterns(max_leaves=4), st.lists(st.binary(max_size=4).map(
+    lambda b: bytes(b"ab1\xc3\xa9"[x % 5] for x in b)), max_size=40))
+def test_the_trie_walk_equals_a_plain_walk_on_any_vocabulary(pattern, pieces):
+    """Vocabularies of random pieces (shared beginnings, the same text twice, empty
+    texts, half characters): every state's row from the byte trie is the plain walk of
+    each token's bytes."""
+    tok = ByteTokenizer(pieces=pieces)
+    c = regex(pattern, tok)
+    for state in range(len(c.automaton.accepting)):
+        plain = [c.automaton.walk(piece, state) if piece else -1
+                 for piece in c.index.vocabulary.pieces]
+        np.testing.assert_array_equal(walk_all(c.automaton, c.index.vocabulary, state), plain)
+
+
 def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends():
     """Tokens "a", "ab", "bd", "c" and no "d": "ab" starts "abd" but no token can follow it
     there, so pruning masks it; "a" then "bd" or "c" still spell the language, and every
