@@ -211,6 +211,7 @@ def test_chat_endings_study_counts_the_replies_that_end_by_themselves(capsys, tm
     assert repeats_itself([1, 2, 3, 4, 5, 6, 7, 8] * 3) and not repeats_itself(list(range(30)))
 
 
+@pytest.mark.slow  # two fresh processes, forty automata built: 3 s here
 def test_constrain_index_study_prints_its_tables_on_the_shipped_model(capsys):
     """The index study on the shipped model, minillm's two contenders alone (the peers are
     optional): a row per case and the vocabulary's, the memory table, the mask's cost with
