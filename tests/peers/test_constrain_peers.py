@@ -263,11 +263,9 @@ def test_regex_masks_equal_llguidance_and_outlines_core(tok, peers, pattern, tex
 
 def outlines_rule(tok, c, state, mine, theirs, before):
     """outlines-core 0.2.14 allows the same tokens where the text so far is not a whole text
-    of the language; where it is (a match was found), a subset: its index follows the
-    leftmost-first DFA of Rust's regex-automata, a match's semantics, not the language's,
-    and drops some continuations there (the "." after "12" for [0-9]+(\\.[0-9]+)?, the
-    "0" after "2024-06-3" when [1-9] came before 3[0-1]). Its one end token exactly where
-    minillm allows its end tokens."""
+    of the language; where it is, a subset: it masks some tokens that lead on from a whole
+    text (the "." after "12" for [0-9]+(\\.[0-9]+)?, the "0" after "2024-06-3" for the date
+    pattern). Its one end token exactly where minillm allows its end tokens."""
     accepting = c.automaton.accepting
     assert without_ends(tok, theirs) <= without_ends(tok, mine), before
     if not accepting[state]:
