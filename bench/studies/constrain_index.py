@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 
-REGEXES = {  # from outlines-core's benchmarks/bench_regex_guide.py (time: \\d, \\s as [0-9], [ ])
+REGEXES = {  # outlines-core's benchmarks/bench_regex_guide.py (time: \d, \s spelled [0-9], [ ])
     "email": (r"[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9]"
               r"(?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?",
               "jane.doe@example.com"),
