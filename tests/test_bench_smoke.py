@@ -209,3 +209,21 @@ def test_chat_endings_study_counts_the_replies_that_end_by_themselves(capsys, tm
         assert int(ended) + int(cut) == int(n) == len(PROMPTS)
     assert int(rows[0][2]) <= int(rows[1][2]) and int(rows[2][2]) <= int(rows[3][2])
     assert repeats_itself([1, 2, 3, 4, 5, 6, 7, 8] * 3) and not repeats_itself(list(range(30)))
+
+
+@pytest.mark.slow  # two fresh processes, forty automata built: 3 s here
+def test_constrain_index_study_prints_its_tables_on_the_shipped_model(capsys):
+    """The index study on the shipped model, minillm's two contenders alone (the peers are
+    optional): a row per case and the vocabulary's, the memory table, the mask's cost with
+    the same tokens constrained and not, and the profile."""
+    from bench.studies.constrain_index import cases, main as constrain_index
+
+    assert constrain_index(["--model_path", "weights/target.npz", "--rounds", "1",
+                            "--contenders", "minillm full", "minillm lazy", "--tokens", "3",
+                            "--profile", "3"]) == 0
+    printed = capsys.readouterr().out
+    for name, *_ in cases():
+        assert printed.count(f"| {name} | ") == 3  # build, memory, the mask alone
+    assert "| the tokenizer's vocabulary, read once | " in printed
+    assert "the same tokens, yes" in printed and "% of a step" in printed
+    assert "### Profile: minillm full" in printed and printed.count("| `") >= 3

@@ -192,6 +192,20 @@ def test_a_lazy_index_equals_the_full_index(pattern, seed):
         np.testing.assert_array_equal(walk_all(c.automaton, c.index.vocabulary, state), plain)
 
 
+@given(patterns(max_leaves=4), st.lists(st.binary(max_size=4).map(
+    lambda b: bytes(b"ab1\xc3\xa9"[x % 5] for x in b)), max_size=40))
+def test_the_trie_walk_equals_a_plain_walk_on_any_vocabulary(pattern, pieces):
+    """Vocabularies of random pieces (shared beginnings, the same text twice, empty
+    texts, half characters): every state's row from the byte trie is the plain walk of
+    each token's bytes."""
+    tok = ByteTokenizer(pieces=pieces)
+    c = regex(pattern, tok)
+    for state in range(len(c.automaton.accepting)):
+        plain = [c.automaton.walk(piece, state) if piece else -1
+                 for piece in c.index.vocabulary.pieces]
+        np.testing.assert_array_equal(walk_all(c.automaton, c.index.vocabulary, state), plain)
+
+
 def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends():
     """Tokens "a", "ab", "bd", "c" and no "d": "ab" starts "abd" but no token can follow it
     there, so pruning masks it; "a" then "bd" or "c" still spell the language, and every
@@ -212,6 +226,41 @@ def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends
     assert allowed(c, after_a, len(tok))[[tok.pieces.index(b"bd"), tok.pieces.index(b"c")]].all()
     with pytest.raises(ValueError, match="no sequence of this vocabulary"):
         regex("ad", tok)
+
+
+@given(patterns(max_leaves=4), st.sets(st.sampled_from(list(b"ab1\xc3\xa9")), max_size=3))
+def test_no_state_the_tokens_reach_is_a_dead_end(pattern, missing):
+    """Vocabularies lacking some one-byte tokens (the bytes still inside longer pieces):
+    whether the index is lazy (one-byte tokens finish the text from every state the tokens
+    reach) or pruned, every state reached through allowed tokens allows something."""
+    tok = ByteTokenizer(single_bytes=[b for b in range(256) if b not in missing])
+    try:
+        c = regex(pattern, tok)
+    except ValueError as e:
+        assert "no sequence of this vocabulary" in str(e)
+        return
+    seen, todo = set(), [0]
+    while todo:
+        state = todo.pop()
+        if state in seen or state == DONE:
+            continue
+        seen.add(state)
+        mask = allowed(c, state, len(tok))
+        assert mask.any(), (pattern, missing, state)
+        todo += [advance(c, state, int(t)) for t in np.flatnonzero(mask)]
+
+
+def test_the_vocabulary_is_read_once_per_tokenizer():
+    """A second constraint on the same tokenizer reads nothing again; one whose size has
+    changed is read anew."""
+    tok = ByteTokenizer()
+    first = regex("a", tok).index.vocabulary
+    assert regex("b", tok).index.vocabulary is first
+    tok.pieces.append(b"zz")
+    tok.eos = len(tok.pieces)
+    tok.special_tokens = {"<eos>": tok.eos, "<tool>": tok.eos + 1}
+    tok.eos_token_ids = (tok.eos,)
+    assert regex("a", tok).index.vocabulary is not first
 
 
 # -- generation ------------------------------------------------------------------------------

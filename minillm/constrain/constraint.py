@@ -135,7 +135,7 @@ def masked_logits(logits, constraints, states) -> np.ndarray:
     out = np.array(logits)
     for r, (c, state) in enumerate(zip(constraints, states)):
         if c is not None and state != DONE:
-            out[r, ~allowed(c, state, out.shape[-1])] = -np.inf
+            out[r] = np.where(allowed(c, state, out.shape[-1]), out[r], -np.inf)
     return out
 
 

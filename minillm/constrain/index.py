@@ -14,20 +14,26 @@ the constraint, allowed exactly in accepting states), and so are tokens whose te
 (they would leave the state where it is, a loop the output could take forever).
 
 Rows are built when a state is first reached and kept (lazily), or all at once (`full`):
-the same rows either way (tests/test_constrain.py). NumPy walks every token at once, one
-byte column at a time: the vocabulary as a (tokens, longest) byte matrix, the states of all
-tokens as one vector.
+the same rows either way (tests/test_constrain.py). NumPy walks every token at once, a byte
+at a time, through the vocabulary's byte trie: its nodes are the distinct beginnings of the
+tokens' texts (fewer than their bytes: tokens share beginnings), each walked once, and only
+below the nodes still inside the language. The vocabulary is read once per tokenizer and kept
+while the tokenizer lives.
 
 A dead end (a state where the model may emit nothing) cannot happen: every state of the
-trimmed automaton has a path of bytes to an accepting state, and when the vocabulary has a
-one-byte token for every byte the automaton can read (every byte-level BPE vocabulary, and
-SentencePiece's with byte fallback), that path is spelled token by token: from every state
-some token is allowed, or it accepts and the end tokens are. A vocabulary without them is
-`pruned`: the whole index is built, and tokens leading to states from which no token
+trimmed automaton has a path of bytes to an accepting state, and when that path can be
+spelled with one-byte tokens from every state the tokens can reach (every byte-level BPE
+vocabulary has a one-byte token for each byte of UTF-8 text but a few never used, and
+SentencePiece's with byte fallback for each byte), the model is never stuck: from every
+state some token is allowed, or it accepts and the end tokens are. The states the tokens can
+reach are those reached through bytes that some token holds (a byte no token holds, such as
+the lead byte of characters no text uses, is never produced). A vocabulary where this fails
+is `pruned`: the whole index is built, and tokens leading to states from which no token
 sequence reaches acceptance are masked too, until every state left can finish.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,30 +41,67 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """The tokenizer's tokens as the index reads them."""
+    """The tokenizer's tokens as the index reads them: each token's text, and their byte
+    trie, whose N nodes are the distinct beginnings of the texts, numbered by length, then
+    in byte order (so that the children of a node are consecutive)."""
 
-    data: np.ndarray  # (n, longest) uint8: each token's bytes, zero padded
     lengths: np.ndarray  # (n,) int: each token's byte count; 0 for tokens that are not text
     ends: tuple  # the end-of-generation ids
     pieces: list  # each token's bytes, None for those that are not text
+    held: np.ndarray  # (256,) bool: the bytes some token holds
+    singles: np.ndarray  # (256,) bool: the bytes that are the whole text of some token
+    byte: np.ndarray  # (N,) uint8: each node's last byte
+    parent: np.ndarray  # (N,) int: the node one byte shorter; -1 for a first byte
+    first_child: np.ndarray  # (N,) int: a node's first child
+    children: np.ndarray  # (N,) int: how many children it has
+    node: np.ndarray  # (n,) int: the node of each token's whole text; N if not text
+
+
+READ = weakref.WeakKeyDictionary()  # tokenizer -> (what it was read as, its Vocabulary)
 
 
 def vocabulary(tokenizer) -> Vocabulary:
     """Read the tokenizer duck-typed: len(tokenizer) ids, `token_bytes(id)`, the ids of
-    `special_tokens` (a dict of text to id, if it has one) and `eos_token_ids`."""
+    `special_tokens` (a dict of text to id, if it has one) and `eos_token_ids`; once, while
+    its size, specials and end tokens stay the same."""
     special = set(getattr(tokenizer, "special_tokens", {}).values())
     ends = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()) or ())
     if not ends:
         raise ValueError("constraint: the tokenizer names no end-of-generation token "
                          "(eos_token_ids), so a constrained output could never end")
+    key = (len(tokenizer), frozenset(special), ends)
+    try:
+        known = READ.get(tokenizer)
+    except TypeError:  # a tokenizer that cannot be weakly referred to is read every time
+        known = None
+    if known is not None and known[0] == key:
+        return known[1]
     pieces = [None if i in special else tokenizer.token_bytes(i) or None
               for i in range(len(tokenizer))]
     lengths = np.array([len(p or b"") for p in pieces], dtype=np.int64)
-    data = np.zeros((len(pieces), max(lengths.max(initial=0), 1)), dtype=np.uint8)
-    for i, piece in enumerate(pieces):
-        if piece:
-            data[i, :len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-    return Vocabulary(data, lengths, ends, pieces)
+    held, singles = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
+    held[np.frombuffer(b"".join(p for p in pieces if p), dtype=np.uint8)] = True
+    singles[[pieces[i][0] for i in np.flatnonzero(lengths == 1)]] = True
+    vocab = Vocabulary(lengths, ends, pieces, held, singles, *trie(pieces))
+    try:
+        READ[tokenizer] = (key, vocab)
+    except TypeError:
+        pass
+    return vocab
+
+
+def trie(pieces):
+    """(byte, parent, first_child, children, node) of the byte trie of the texts `pieces`
+    (None: not text), as Vocabulary reads them."""
+    prefixes = sorted({p[:k] for p in pieces if p for k in range(1, len(p) + 1)})
+    prefixes.sort(key=len)  # by length, in byte order within a length (the sort is stable)
+    number = {q: i for i, q in enumerate(prefixes)}
+    byte = np.array([q[-1] for q in prefixes], dtype=np.uint8)
+    parent = np.array([number.get(q[:-1], -1) for q in prefixes], dtype=np.int64)
+    first_child = np.searchsorted(parent, np.arange(len(prefixes)))  # parent never decreases
+    children = np.bincount(parent[parent >= 0], minlength=len(prefixes))
+    node = np.array([number[p] if p else len(prefixes) for p in pieces], dtype=np.int64)
+    return byte, parent, first_child, children, node
 
 
 @dataclass(frozen=True)
@@ -72,10 +115,11 @@ class Index:
 
 
 def index(automaton, vocab: Vocabulary) -> Index:
-    """The index, lazy when the vocabulary spells every byte the automaton reads, else built
-    whole and pruned; refused when no token sequence spells a text of the language."""
+    """The index, lazy when one-byte tokens can finish the text from every state the tokens
+    reach, else built whole and pruned; refused when no token sequence spells a text of the
+    language."""
     idx = Index(automaton, vocab)
-    if not spells_every_byte(automaton, vocab):
+    if not never_stuck(automaton, vocab):
         idx.rows.update(pruned(full(automaton, vocab), automaton.accepting))
         if (idx.rows[0] < 0).all() and not automaton.accepting[0]:
             raise ValueError("constraint: no sequence of this vocabulary's tokens spells a "
@@ -94,14 +138,24 @@ def row(idx: Index, state: int) -> np.ndarray:
 
 def walk_all(automaton, vocab: Vocabulary, state: int) -> np.ndarray:
     """(n,) int32: the state after each token's bytes from `state`, -1 when a byte has no
-    transition (or the token is not text); column j moves the tokens with a j-th byte."""
-    at = np.where(vocab.lengths > 0, state, -1).astype(np.int32)  # (n,)
-    for j in range(vocab.data.shape[1]):
-        reading = np.flatnonzero((at >= 0) & (vocab.lengths > j))
-        if len(reading) == 0:
-            break
-        at[reading] = automaton.table[at[reading], vocab.data[reading, j]]
-    return at
+    transition (or the token is not text). The trie a level at a time: a node's state is
+    its parent's moved by the node's byte, and only the children of nodes still inside the
+    language are walked on."""
+    reached = np.full(len(vocab.byte) + 1, -1, dtype=np.int32)  # (N + 1,) the last: not text
+    nodes = np.flatnonzero(vocab.parent < 0)  # the first bytes
+    here = automaton.table[state, vocab.byte[nodes]]  # (nodes,) their states
+    while len(nodes):
+        reached[nodes] = here
+        nodes = children_of(vocab, nodes[here >= 0])
+        here = automaton.table[reached[vocab.parent[nodes]], vocab.byte[nodes]]
+    return reached[vocab.node]
+
+
+def children_of(vocab: Vocabulary, nodes: np.ndarray) -> np.ndarray:
+    """The children of `nodes`, in order: each node's run first_child + 0, 1, ..."""
+    counts = vocab.children[nodes]
+    shift = vocab.first_child[nodes] - (np.cumsum(counts) - counts)  # run start - its place
+    return np.repeat(shift, counts) + np.arange(counts.sum())
 
 
 def full(automaton, vocab: Vocabulary) -> dict:
@@ -109,11 +163,27 @@ def full(automaton, vocab: Vocabulary) -> dict:
     return {s: walk_all(automaton, vocab, s) for s in range(len(automaton.accepting))}
 
 
-def spells_every_byte(automaton, vocab: Vocabulary) -> bool:
-    """Whether every byte some state can read is the whole text of some token."""
-    read = np.flatnonzero((automaton.table >= 0).any(axis=0))  # the bytes with a transition
-    singles = {vocab.pieces[i][0] for i in np.flatnonzero(vocab.lengths == 1)}
-    return set(read.tolist()) <= singles
+def never_stuck(automaton, vocab: Vocabulary) -> bool:
+    """Whether from every state reached through bytes some token holds, a path of bytes
+    that are whole one-byte tokens leads to acceptance."""
+    reached = closure(automaton.table[:, vocab.held], {0}, forward=True)
+    finishing = closure(automaton.table[:, vocab.singles],
+                        set(np.flatnonzero(automaton.accepting).tolist()), forward=False)
+    return reached <= finishing
+
+
+def closure(moves: np.ndarray, states: set, forward: bool) -> set:
+    """The states reached from `states` along moves (states, bytes) -> next state (-1: none),
+    or, backward, the states from which one of them is reached."""
+    states, grew = set(states), True
+    while grew:
+        if forward:
+            new = set(moves[list(states)].ravel().tolist()) - {-1}
+        else:
+            new = set(np.flatnonzero(np.isin(moves, list(states)).any(axis=1)).tolist())
+        grew = not new <= states
+        states |= new
+    return states
 
 
 def pruned(rows: dict, accepting) -> dict:
