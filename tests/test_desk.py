@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minillm
 from minillm.constrain import choice, json_schema, regex
-from minillm.constrain.constraint import DONE
+from minillm.constrain.constraint import DONE, advance
 from minillm.desk import PASSAGE, masks, widgets
 from minillm.desk.batched import engine_loop
 from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS, MAX_WORK, checked
@@ -600,6 +600,38 @@ def test_mask_shows_each_step_of_the_constrained_generate(server, model, kind, s
         assert answer["done"]  # the default schema finishes within 40 tokens here
         value = json.loads(text)
         assert set(value) == {"name", "alive"} and len(value["name"]) <= 8
+
+
+@settings(max_examples=15, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=st.lists(st.text("abn yes", min_size=1, max_size=6), min_size=1, max_size=4,
+                        unique=True),
+       temperature=st.sampled_from([0.0, 0.7, 1.0, 2.0]), seed=st.integers(0, 2**16),
+       n=st.integers(1, 12))
+def test_mask_steps_chain_into_a_text_of_the_choices(model, options, temperature, seed, n):
+    """Whatever the choices and knobs: the walk goes from state to state as `advance` says,
+    every token drawn was allowed and had the probability after the mask, what the mask
+    leaves sums to 1, and the text is one of the choices (ended) or the start of one (cut)."""
+    desk = make_desk(model, "target.npz")
+    request = checked("/api/mask", dict(prompt=PROMPT, kind="choice", spec="\n".join(options),
+                                        temperature=temperature, seed=seed, max_new_tokens=n))
+    answer = widgets.ROUTES["/api/mask"](desk, request)
+    c = choice(options, model.tokenizer)
+    ids = ids_of(model)
+    new = minillm.generate(model, ids, max_new_tokens=n, temperature=temperature, seed=seed,
+                           stop_tokens=[0], constraint=c)[len(ids):]
+    assert [t["id"] for t in answer["tokens"]] == new
+    state = 0
+    for step in answer["steps"]:
+        assert step["state"] == state and step["token"]["allowed"]
+        assert step["token"]["kept"] > 0
+        assert sum(e["kept"] for e in step["kept_top"]) <= 1 + 1e-9
+        state = step["after"]
+        assert state == advance(c, step["state"], step["token"]["id"])
+    assert answer["done"] == (state == DONE)
+    text = answer["text"]
+    assert text in options if answer["done"] else any(o.startswith(text) for o in options)
+    assert answer["whole"] == (answer["done"] or text in options)
 
 
 def test_mask_keeps_its_last_constraints_built(model):

@@ -39,7 +39,7 @@ def constraint_of(desk, kind: str, spec: str):
     choices one a line; a RequestError naming the field, with the library's one-line
     reason, when it cannot be built. The last few are kept (desk.constraints)."""
     key = (kind, spec)
-    with desk.lock:
+    with desk.constraints_lock:  # its own: the bits widget holds desk.lock as it quantizes
         found = desk.constraints.pop(key, None)
         if found is not None:
             desk.constraints[key] = found  # to the end: the oldest is forgotten first
@@ -59,7 +59,7 @@ def constraint_of(desk, kind: str, spec: str):
         raise RequestError(f"spec: nested too deeply to be read ({kind})") from None
     except ValueError as e:
         raise RequestError(f"spec: {first_line(str(e))}") from None
-    with desk.lock:
+    with desk.constraints_lock:
         desk.constraints[key] = built
         while len(desk.constraints) > CACHED:
             del desk.constraints[next(iter(desk.constraints))]

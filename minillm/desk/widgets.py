@@ -61,6 +61,7 @@ class Desk:
     loop: object = None
     template_refused: str | None = None  # why the model's chat template is not used, if so
     constraints: dict = field(default_factory=dict)  # the mask widget's last few, masks.py
+    constraints_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def make_desk(model, name, draft=None, passage="") -> Desk:
