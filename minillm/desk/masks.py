@@ -23,9 +23,9 @@ import numpy as np
 from ..constrain import choice, json_schema, regex
 from ..constrain.constraint import DONE, advance, allowed
 from ..sampling import filtered_probs
-from .fields import RequestError
+from .fields import ENDPOINTS, RequestError
 
-KINDS = ("json_schema", "regex", "choice")
+KINDS = ENDPOINTS["/api/mask"]["kind"].choices  # ("json_schema", "regex", "choice")
 SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 8},
                          "alive": {"type": "boolean"}},
