@@ -19,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minillm
-from minillm.desk import PASSAGE, widgets
+from minillm.constrain import choice, json_schema, regex
+from minillm.constrain.constraint import DONE, advance
+from minillm.desk import PASSAGE, masks, widgets
 from minillm.desk.batched import engine_loop
 from minillm.desk.fields import MAX_BODY_BYTES, MAX_PROMPT_CHARS, MAX_WORK, checked
 from minillm.desk.packing import pack, packed_bytes, stored_bytes, unpack
@@ -498,6 +500,155 @@ def test_serving_stops_at_the_work_bound(tight, model):
 
 # -- the work a request may ask for -----------------------------------------------------------
 
+# -- the mask ---------------------------------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "alive": {"type": "boolean"}},
+          "required": ["name", "alive"]}
+MASKS = [("json_schema", None, 0.8, 0), ("json_schema", None, 0.0, 0),
+         ("regex", None, 0.8, 1), ("choice", "yes\nno\nperhaps", 1.3, 2),
+         ("regex", r"[0-9]{1,3}( [a-z]+)?", 1.0, 3),
+         ("json_schema", '{"type": "array", "items": {"enum": ["a", "bc"]}, "maxItems": 3}',
+          0.7, 4)]
+
+
+def constraint_for(model, kind, spec):
+    """The constraint as a user of the library makes it, without the desk."""
+    spec = masks.DEFAULTS[kind] if spec is None else spec
+    if kind == "json_schema":
+        return spec, json_schema(json.loads(spec), model.tokenizer)
+    if kind == "regex":
+        return spec, regex(spec, model.tokenizer)
+    return spec, choice(spec.split("\n"), model.tokenizer)
+
+
+def allowed_by_walking(model, automaton, state):
+    """{token: the state it leads to}: every token whose bytes walk on from `state` (special
+    tokens and empty ones never), the end token (to DONE) where the state accepts; token by
+    token, with the automaton's own walk."""
+    tokenizer = model.tokenizer
+    special = set(tokenizer.special_tokens.values())
+    out = {}
+    for t in range(len(tokenizer)):
+        data = tokenizer.token_bytes(t)
+        if t not in special and data and automaton.walk(data, state) >= 0:
+            out[t] = automaton.walk(data, state)
+    if automaton.accepting[state]:
+        out.update({t: DONE for t in tokenizer.eos_token_ids})
+    return out
+
+
+@pytest.mark.parametrize("kind,spec,temperature,seed", MASKS)
+def test_mask_shows_each_step_of_the_constrained_generate(server, model, kind, spec,
+                                                          temperature, seed):
+    prompt = "A man of the land of Uz, as JSON:"
+    body = dict(prompt=prompt, kind=kind, temperature=temperature, seed=seed, max_new_tokens=40)
+    if spec is not None:
+        body["spec"] = spec
+    answer = post(server, "/api/mask", **body)
+    spec, c = constraint_for(model, kind, spec)
+    assert answer["spec"] == spec
+    ids = ids_of(model, prompt)
+    out = minillm.generate(model, ids, max_new_tokens=40, temperature=temperature, seed=seed,
+                           stop_tokens=[0], constraint=c)
+    new = out[len(ids):]
+    assert [t["id"] for t in answer["tokens"]] == new  # generate's own text
+    assert len(answer["steps"]) == len(new)
+    automaton = c.automaton
+    assert answer["states"] == len(automaton.accepting)
+    assert answer["accepting"] == [s for s in range(answer["states"]) if automaton.accepting[s]]
+    V, state = model.config.vocab_size, 0
+    for i, step in enumerate(answer["steps"]):
+        # The state is where the output's bytes so far lead, read by the automaton alone.
+        state = automaton.walk(b"".join(model.tokenizer.token_bytes(t) for t in new[:i]))
+        assert step["state"] == state and step["accepting"] == bool(automaton.accepting[state])
+        walks = allowed_by_walking(model, automaton, state)
+        assert step["allowed"] == len(walks)
+        z = model.forward(np.array([ids + new[:i]]), last=1)[0, -1].astype(np.float64)
+        p = minillm.filtered_probs(z)
+        masked = np.full(V, -np.inf)
+        masked[list(walks)] = z[list(walks)]
+        kept = minillm.filtered_probs(masked, temperature=temperature)
+        order = np.argsort(-p, kind="stable")
+        assert [e["id"] for e in step["top"]] == order[:8].tolist()
+        assert step["allowed_p"] == pytest.approx(p[list(walks)].sum(), rel=1e-4, abs=1e-9)
+        for entry in step["top"] + step["kept_top"] + [step["token"]]:
+            t = entry["id"]
+            assert entry["allowed"] == (t in walks)
+            assert entry["next"] == walks.get(t)  # None: masked; DONE: the end
+            assert entry["p"] == pytest.approx(p[t], rel=1e-4, abs=1e-9)
+            assert entry["kept"] == pytest.approx(kept[t], rel=1e-4, abs=1e-9)
+            assert entry["rank"] == int(np.flatnonzero(order == t)[0]) + 1
+            assert entry["allowed"] or entry["kept"] == 0.0  # a masked token: probability 0
+        # The most likely tokens after the mask, each allowed, in order.
+        shown = [e["kept"] for e in step["kept_top"]]
+        assert shown == sorted(shown, reverse=True) and all(e["allowed"]
+                                                            for e in step["kept_top"])
+        assert len(step["kept_top"]) == min(8, int((kept > 0).sum()))
+        assert step["token"]["id"] == new[i] and step["after"] == walks[new[i]]
+    text = answer["text"]
+    assert answer["done"] == (answer["steps"][-1]["after"] == DONE)
+    if answer["done"]:  # a whole text of the language, and the end token last
+        assert new[-1] == 0 and answer["whole"]
+        if kind == "regex":
+            assert re.fullmatch(spec, text, re.ASCII)
+        elif kind == "choice":
+            assert text in spec.split("\n")
+        else:
+            json.loads(text)
+    if kind == "json_schema" and spec == masks.DEFAULTS["json_schema"]:
+        assert answer["done"]  # the default schema finishes within 40 tokens here
+        value = json.loads(text)
+        assert set(value) == {"name", "alive"} and len(value["name"]) <= 8
+
+
+@settings(max_examples=15, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=st.lists(st.text("abn yes", min_size=1, max_size=6), min_size=1, max_size=4,
+                        unique=True),
+       temperature=st.sampled_from([0.0, 0.7, 1.0, 2.0]), seed=st.integers(0, 2**16),
+       n=st.integers(1, 12))
+def test_mask_steps_chain_into_a_text_of_the_choices(model, options, temperature, seed, n):
+    """Whatever the choices and knobs: the walk goes from state to state as `advance` says,
+    every token drawn was allowed and had the probability after the mask, what the mask
+    leaves sums to 1, and the text is one of the choices (ended) or the start of one (cut)."""
+    desk = make_desk(model, "target.npz")
+    request = checked("/api/mask", dict(prompt=PROMPT, kind="choice", spec="\n".join(options),
+                                        temperature=temperature, seed=seed, max_new_tokens=n))
+    answer = widgets.ROUTES["/api/mask"](desk, request)
+    c = choice(options, model.tokenizer)
+    ids = ids_of(model)
+    new = minillm.generate(model, ids, max_new_tokens=n, temperature=temperature, seed=seed,
+                           stop_tokens=[0], constraint=c)[len(ids):]
+    assert [t["id"] for t in answer["tokens"]] == new
+    state = 0
+    for step in answer["steps"]:
+        assert step["state"] == state and step["token"]["allowed"]
+        assert step["token"]["kept"] > 0
+        assert sum(e["kept"] for e in step["kept_top"]) <= 1 + 1e-9
+        state = step["after"]
+        assert state == advance(c, step["state"], step["token"]["id"])
+    assert answer["done"] == (state == DONE)
+    text = answer["text"]
+    assert text in options if answer["done"] else any(o.startswith(text) for o in options)
+    assert answer["whole"] == (answer["done"] or text in options)
+
+
+def test_mask_keeps_its_last_constraints_built(model):
+    desk = make_desk(model, "target.npz")
+    request = checked("/api/mask", dict(prompt=PROMPT, max_new_tokens=3))
+    first = widgets.ROUTES["/api/mask"](desk, request)
+    built = desk.constraints[("json_schema", masks.DEFAULTS["json_schema"])]
+    again = widgets.ROUTES["/api/mask"](desk, dict(request, temperature=0.0))
+    assert desk.constraints[("json_schema", masks.DEFAULTS["json_schema"])] is built
+    assert again["rows_built"] >= first["rows_built"]  # the index's rows, built as reached
+    for n in range(masks.CACHED + 2):
+        widgets.ROUTES["/api/mask"](desk, checked("/api/mask", dict(
+            prompt=PROMPT, kind="regex", spec=f"[a-z]{{{n + 1}}}", max_new_tokens=2)))
+    assert len(desk.constraints) == masks.CACHED
+    assert ("regex", f"[a-z]{{{masks.CACHED + 2}}}") in desk.constraints
+
+
 def race_positions(P, n):
     return (P + n - 1) + (n * P + n * (n - 1) // 2)
 
@@ -535,6 +686,19 @@ def test_every_widget_is_bounded(model, path, body, positions):
                                          "positions of a model of 1,369,728 parameters")
 
 
+def test_the_mask_is_bounded_before_its_constraint_is_built(model):
+    desk = make_desk(model, "target.npz")
+    desk.max_work = 100 * parameters(model)  # one pass of the text: the window would hold it
+    body = dict(prompt="word " * 100, max_new_tokens=64, kind="regex", spec="[a-z]+")
+    P = len(ids_of(model, body["prompt"]))
+    with pytest.raises(widgets.RequestError) as refused:
+        widgets.ROUTES["/api/mask"](desk, checked("/api/mask", body))
+    assert refused.value.status == 422
+    assert str(refused.value).startswith(f"work: this request computes {P + 63:,} token "
+                                         "positions of a model of 1,369,728 parameters")
+    assert desk.constraints == {}  # refused before any work
+
+
 def test_each_widget_charges_the_positions_it_computes(model, monkeypatch):
     watched = Watched(model)
     desk = make_desk(watched, "watched", None, PASSAGE.read_text(encoding="utf-8"))
@@ -547,9 +711,12 @@ def test_each_widget_charges_the_positions_it_computes(model, monkeypatch):
              ("/api/repetition", dict(prompt=PROMPT, max_new_tokens=30)),
              ("/api/race", dict(prompt=PROMPT, max_new_tokens=25)),
              ("/api/bits", dict(prompt=PROMPT, bits=32, max_new_tokens=10)),
-             ("/api/serving", dict(prefix_caching=False, num_blocks=64))]
+             ("/api/serving", dict(prefix_caching=False, num_blocks=64)),
+             ("/api/mask", dict(prompt=PROMPT, kind="regex", spec="[a-z ]*",
+                                max_new_tokens=20))]  # never ends early: the space
     at_most = [("/api/speculative", dict(prompt=PROMPT, drafter="ngram", k=5)),
-               ("/api/serving", dict())]  # reused positions are not computed, preempted again
+               ("/api/serving", dict()),  # reused positions are not computed, preempted again
+               ("/api/mask", dict(prompt=PROMPT))]  # the JSON ends before its 32 tokens
     for path, body in exact + at_most:
         watched.passes = 0
         answer = widgets.ROUTES[path](desk, checked(path, body))
@@ -574,6 +741,8 @@ def test_the_default_bound_leaves_the_shipped_model_free(server, model):
 def test_info_and_the_page(server):
     status, info = call(server, "GET", "/api/info")
     assert status == 200 and info["vocabulary"] == 2048 and info["draft"]
+    assert info["mask"]["kinds"] == ["json_schema", "regex", "choice"]
+    assert info["mask"]["defaults"] == masks.DEFAULTS and info["mask"]["prompt"]
     status, page = call(server, "GET", "/")
     assert status == 200 and b"<title>" in page
     for name in ("desk.js", "desk.css"):
@@ -623,6 +792,25 @@ BAD = [
      "prefix_caching: must be true or false"),
     ("POST", "/api/serving", {"max_new_tokens": 17}, None, 400, "max_new_tokens: must be in"),
     ("POST", "/api/serving", {"block_size": 0}, None, 400, "block_size: must be in"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "kind": "regex", "spec": "(ab"}, None, 400,
+     "spec: regex '(ab', at 3: a group is not closed"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "kind": "regex", "spec": "[z-a]"}, None, 400,
+     "spec: regex '[z-a]', at 4: a bad range in a class"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "kind": "regex", "spec": "(" * 900 + ")" * 900},
+     None, 400, "spec: nested too deeply to be read (regex)"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "spec": '{"type": "string", "format": "date"}'},
+     None, 400, "spec: json_schema: the keyword 'format' is not supported"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "spec": '{"type": "object",'}, None, 400,
+     "spec: json_schema: not JSON text"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "spec": '{"enum": []}'}, None, 400,
+     "spec: json_schema: enum must be a non-empty list"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "kind": "choice", "spec": "\n\n"}, None, 400,
+     "spec: choice: type the options, one a line"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "kind": "grammar"}, None, 400,
+     "kind: must be one of ['json_schema', 'regex', 'choice']"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "spec": "x" * 2001}, None, 400,
+     "spec: at most 2000 characters"),
+    ("POST", "/api/mask", {"prompt": PROMPT, "top": 0}, None, 400, "top: must be in [1, 20]"),
     ("POST", "/api/nothing", {}, None, 404, "no such endpoint"),
     ("GET", "/nothing", None, None, 404, "no such page"),
     ("GET", "/static/../server.py", None, None, 404, "no such page"),

@@ -7,6 +7,7 @@ package or a Chromium at /usr/bin/chromium ($MINILLM_CHROMIUM). With MINILLM_DES
 set to a folder they save a picture of each widget there (docs/desk/ holds the ones shown in
 docs/DESK.md).
 """
+import json
 import math
 import os
 import re
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 
 import minillm
+from minillm.constrain import json_schema
+from minillm.constrain.constraint import DONE, advance, allowed
 from minillm.desk import PASSAGE
 from minillm.desk.packing import stored_bytes
 from minillm.serving import Engine
@@ -500,3 +503,105 @@ def test_a_refused_request_is_shown_and_the_page_goes_on(page):
     settle(page, "sampling")
     assert not error.is_visible()
     assert text(page, "#survivors") == "2048"
+
+
+def shown_share(text_shown: str) -> float:
+    """A probability as the page writes it (12.34%, 2.9e-8 or 0) as a number."""
+    return float(text_shown[:-1]) / 100 if text_shown.endswith("%") else float(text_shown)
+
+
+def close_to(text_shown: str, p: float) -> bool:
+    """Whether the page's rounding of p reads `text_shown` (two decimals of a percentage, or two
+    significant digits below 0.01%), up to the last digit shown."""
+    got = shown_share(text_shown)
+    return abs(got - p) <= (0.00005 + 1e-9 if text_shown.endswith("%") else 0.06 * p + 1e-12)
+
+
+def test_mask_shows_the_state_the_allowed_set_and_the_distribution(page, model):
+    settle(page, "mask")  # the page writes the default schema's text as it opens
+    tokenizer, V = model.tokenizer, model.config.vocab_size
+    prompt, spec = page.input_value("#mask-prompt"), page.input_value("#mask-spec")
+    c = json_schema(json.loads(spec), tokenizer)
+    ids = tokenizer.encode(prompt)
+    new = minillm.generate(model, ids, max_new_tokens=32, temperature=0.8, seed=0,
+                           stop_tokens=[0], constraint=c)[len(ids):]
+    tokens = page.locator("#mask-path .token")
+    assert [tokens.nth(i).get_attribute("title") for i in range(tokens.count())] == [
+        f"token {t}" for t in new]  # generate's own text under the constraint
+    states = [c.automaton.walk(b"".join(tokenizer.token_bytes(t) for t in new[:i]))
+              for i in range(len(new))]
+    assert new[-1] == 0  # the default schema's JSON is whole, and the end token drawn
+    chips = page.locator("#mask-path .state")
+    assert [chips.nth(i).inner_text() for i in range(chips.count())] == [
+        *map(str, states), "done"]
+    for i in range(len(new)):
+        assert ("accepting" in chips.nth(i).get_attribute("class")) == bool(
+            c.automaton.accepting[states[i]])
+    json.loads(tokenizer.decode(new, skip_special_tokens=True))
+    for k in (0, 1, len(new) // 2, len(new) - 1):
+        page.eval_on_selector("#mask-step", "(e, v) => { e.value = v; "
+                              "e.dispatchEvent(new Event('input')); }", str(k))
+        assert text(page, "#mask-step-shown") == f"token {k + 1} of {len(new)}"
+        mask = allowed(c, states[k], V)
+        assert text(page, "#mask-stats .mask-state") == str(states[k])
+        assert text(page, "#mask-stats .mask-accepting") == (
+            "accepting" if c.automaton.accepting[states[k]] else "not accepting")
+        assert text(page, "#mask-stats .mask-allowed") == str(int(mask.sum()))
+        after = advance(c, states[k], new[k])
+        assert text(page, "#mask-stats .mask-after") == ("done" if after == DONE else str(after))
+        z = model.forward(np.array([ids + new[:k]]), last=1)[0, -1].astype(np.float64)
+        p = minillm.filtered_probs(z)
+        kept = minillm.filtered_probs(np.where(mask, z, -np.inf), temperature=0.8)
+        assert close_to(text(page, "#mask-stats .mask-held"), p[mask].sum())
+        rows = page.locator("#mask-bars .mask-row")
+        order = np.argsort(-p, kind="stable")[:8]
+        assert [int(rows.nth(i).get_attribute("data-id")) for i in range(rows.count())] == \
+            order.tolist()
+        for i, t in enumerate(order):  # the model's favourites, the masked ones struck through
+            row = rows.nth(i)
+            assert ("masked" in row.get_attribute("class")) == (not mask[t])
+            assert close_to(row.locator(".share.model").inner_text(), p[t])
+            if mask[t]:
+                assert close_to(row.locator(".share.kept").inner_text(), kept[t])
+                assert row.locator(".next").inner_text() == "\u2192 " + (
+                    "done" if t == 0 else str(advance(c, states[k], int(t))))
+            else:
+                assert row.locator(".share.kept").inner_text() == "masked"
+                assert row.locator(".next").inner_text() == "\u2013"  # nowhere: -1
+        left = page.locator("#mask-kept tbody tr")  # what the mask leaves, most likely first
+        want = np.argsort(-kept, kind="stable")[:min(8, int((kept > 0).sum()))]
+        assert [int(left.nth(i).get_attribute("data-id")) for i in range(left.count())] == \
+            want.tolist()
+        for i, t in enumerate(want):
+            assert close_to(left.nth(i).locator(".kept").inner_text(), kept[t])
+        if k == 1:
+            screenshot(page, "mask")
+    # A regular expression: its example is (yes|no), and the text is one of them.
+    with page.expect_response(lambda r: r.url.endswith("/api/mask"), timeout=60_000):
+        page.select_option("#mask-kind", "regex")
+    settle(page, "mask")
+    assert page.input_value("#mask-spec") == "(yes|no)"
+    tokens = page.locator("#mask-path .token")
+    spelled = "".join(tokens.nth(i).inner_text() for i in range(tokens.count() - 1))
+    assert spelled in ("yes", "no") and tokens.nth(tokens.count() - 1).get_attribute(
+        "title") == "token 0"
+    # Bad input: the library's one-line reason under the widget, nothing stale left on show.
+    error = page.locator("#mask .error")
+    for kind, bad, reason in (
+            ("regex", "(ab", "spec: regex '(ab', at 3: a group is not closed"),
+            ("json_schema", '{"type": "string", "format": "date"}',
+             "spec: json_schema: the keyword 'format' is not supported")):
+        if page.input_value("#mask-kind") != kind:
+            with page.expect_response(lambda r: r.url.endswith("/api/mask"), timeout=60_000):
+                page.select_option("#mask-kind", kind)
+            settle(page, "mask")
+        page.fill("#mask-spec", bad)
+        click(page, "#run-mask", "/api/mask")
+        settle(page, "mask")
+        assert error.is_visible() and error.inner_text().startswith(reason)
+        assert "\n" not in error.inner_text() and "Traceback" not in error.inner_text()
+        assert page.locator("#mask-path .token").count() == 0
+    page.fill("#mask-spec", spec)
+    click(page, "#run-mask", "/api/mask")
+    settle(page, "mask")
+    assert not error.is_visible() and page.locator("#mask-path .token").count() == len(new)

@@ -26,6 +26,7 @@ MAX_WORK = 5 * 10**11
 MAX_REQUESTS = 4  # the serving widget: prompts at once,
 MAX_SERVING_TOKENS = 16  # new tokens per request,
 MAX_STEPS = 200  # and the engine's steps shown (each computes at most max_batch_tokens)
+MAX_SPEC_CHARS = 2000  # the mask widget's regex, choices or JSON Schema
 
 
 class RequestError(ValueError):
@@ -112,6 +113,15 @@ ENDPOINTS = {
                      "max_batch_tokens": integer(1, 64, 16),
                      "prefix_caching": Field("bool", True),
                      "temperature": number(0.0, 5.0, 0.0), "seed": SEED},
+    # spec: the JSON Schema's text, the regular expression, or the choices one a line (null:
+    # the kind's example, masks.DEFAULTS)
+    "/api/mask": {"prompt": PROMPT,
+                  "kind": Field("choice", "json_schema", choices=("json_schema", "regex",
+                                                                  "choice")),
+                  "spec": Field("text", None, high=MAX_SPEC_CHARS, none=True),
+                  "max_new_tokens": integer(1, MAX_NEW_TOKENS, 32),
+                  "temperature": number(0.0, 5.0, 0.8), "seed": SEED,
+                  "top": integer(1, 20, 8)},
 }
 
 

@@ -2,10 +2,11 @@
 desk and a checked request (fields.py), returning a JSON-ready dict.
 
 Every figure comes from the library's public functions (filtered_probs, sample_next_token,
-generate, speculative_generate, quantize, model.forward, serving.Engine); nothing here
-re-implements a knob. The widgets that only write texts (the temperatures, the repetition) get
-them from the desk's one serving engine (batched.py), each as `generate` alone writes it, and
-take `abandoned`, which stops them when their answer is no longer wanted (BATCHED).
+generate, speculative_generate, quantize, model.forward, serving.Engine, and minillm.constrain's
+constraints with allowed and advance); nothing here re-implements a knob. The widgets that
+only write texts (the temperatures, the repetition) get them from the desk's one serving
+engine (batched.py), each as `generate` alone writes it, and take `abandoned`, which stops
+them when their answer is no longer wanted (BATCHED).
 
 Before any work, each widget counts the token positions its forward passes will compute (at
 most: a text may stop early) and `charge` refuses the request (422) when those positions times
@@ -22,10 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import filtered_probs, generate, quantize, sample_next_token, speculative_generate
+from ..constrain.constraint import DONE
 from ..study.explain import REPEAT_N, Watched, entropy, repeats, surprise
 from .batched import never, rollouts
 from .fields import (ENDPOINTS, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_REQUESTS,
                      MAX_SERVING_TOKENS, MAX_STEPS, MAX_WORK, RequestError, serving_prompts)
+from .masks import DEFAULTS, KINDS, constraint_of, read_steps
 from .packing import stored_bytes
 from .rounds import Recorded, rounds
 from .steps import Counted, run_steps
@@ -34,6 +37,8 @@ BEGINNINGS = ["In the beginning", "And the LORD said to Moses,", "Jesus answered
               "The king of Israel"]
 CHAT_BEGINNINGS = ["What is the capital of France?", "Tell me a story about a brave mouse.",
                    "Write a short poem about the sea.", "Why is the sky blue?"]
+MASK_PROMPTS = {False: "A man of the land of Uz, as JSON:",
+                True: "Describe a king of Israel as JSON."}
 CURVE_POINTS = 160  # ranks shown on the log-scale charts: every rank up to 20, then log-spaced
 CURVE_FLOOR = 1e-12  # the log chart draws no probability below this (nor 0)
 
@@ -55,6 +60,8 @@ class Desk:
     max_work: int = MAX_WORK
     loop: object = None
     template_refused: str | None = None  # why the model's chat template is not used, if so
+    constraints: dict = field(default_factory=dict)  # the mask widget's last few, masks.py
+    constraints_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def make_desk(model, name, draft=None, passage="") -> Desk:
@@ -379,6 +386,33 @@ def serving(desk: Desk, request) -> dict:
             "steps": shots, "stopped": stopped, "positions": counted.positions}
 
 
+def mask(desk: Desk, request) -> dict:
+    """Constrained decoding token by token: generate's text under the constraint typed, and
+    at each step the automaton's state, the allowed set and the distribution before and after
+    the mask (masks.py reads them)."""
+    n = request["max_new_tokens"]
+    ids = prompt_ids(desk, request["prompt"], new_tokens=n)
+    spec = DEFAULTS[request["kind"]] if request["spec"] is None else request["spec"]
+    charge(desk, len(ids) + n - 1, "ask for fewer tokens or a shorter prompt")
+    constraint = constraint_of(desk, request["kind"], spec)
+    watched = Watched(desk.model)  # keeps the logits generate reads before each token
+    out = generate(watched, ids, max_new_tokens=n, temperature=request["temperature"],
+                   seed=request["seed"], stop_tokens=stops(desk), constraint=constraint)
+    new = out[len(ids):]
+    rows = watched.rows[len(watched.rows) - len(new):]  # the prompt may be read in chunks
+    steps = read_steps(constraint, rows, new, knobs(request, ("temperature",)),
+                       request["top"], lambda t: piece(desk, t))
+    automaton = constraint.automaton
+    last = steps[-1]["after"] if steps else 0
+    return {"kind": request["kind"], "spec": spec, "prompt_tokens": len(ids),
+            "vocabulary": desk.model.config.vocab_size,
+            "states": int(automaton.accepting.size),
+            "accepting": np.flatnonzero(automaton.accepting).tolist(),
+            "rows_built": len(constraint.index.rows), "steps": steps,
+            "tokens": pieces(desk, new), "text": shown(desk, new),
+            "done": last == DONE, "whole": last == DONE or bool(automaton.accepting[last])}
+
+
 def info(desk: Desk) -> dict:
     cfg = desk.model.config
     params = parameters(desk.model)
@@ -392,7 +426,9 @@ def info(desk: Desk) -> dict:
             "max_work": desk.max_work, "max_positions": desk.max_work // params,
             "serving": {"max_requests": MAX_REQUESTS, "max_new_tokens": MAX_SERVING_TOKENS,
                         "max_steps": MAX_STEPS, "prompts": serving_prompts(),
-                        "num_blocks": serving_pool(desk)}}
+                        "num_blocks": serving_pool(desk)},
+            "mask": {"kinds": list(KINDS), "defaults": DEFAULTS,
+                     "prompt": MASK_PROMPTS[desk.chat]}}
 
 
 def serving_pool(desk: Desk) -> int:
@@ -409,10 +445,11 @@ def serving_pool(desk: Desk) -> int:
 # others stay one computation on a worker thread each (server.py): next and draw read one
 # forward pass; the race times generate with and without the cache (the engine has no
 # uncached decoding), bits writes with a quantized copy (the engine serves one model),
-# speculative counts speculative_generate's own passes and rounds, and serving runs an engine
-# of its own, with the widget's pool, step by step.
+# speculative counts speculative_generate's own passes and rounds, serving runs an engine
+# of its own, with the widget's pool, step by step, and the mask reads the logits of every
+# pass of its constrained generate.
 BATCHED = {"/api/temperatures", "/api/repetition"}
 
 ROUTES = {"/api/next": next_token, "/api/draw": draw, "/api/temperatures": temperatures,
           "/api/repetition": repetition, "/api/race": race, "/api/bits": bits,
-          "/api/speculative": speculative, "/api/serving": serving}
+          "/api/speculative": speculative, "/api/serving": serving, "/api/mask": mask}

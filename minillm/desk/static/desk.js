@@ -499,6 +499,118 @@ function showStep(k) {
     `preemptions ${s.preemptions}`;
 }
 
+// -- the mask: constrained decoding -----------------------------------------------------------------
+
+const masking = {answer: null, kind: "json_schema", specs: {}}; // specs: what was typed per kind
+
+// A probability as the page shows it: a percentage, or in powers of ten below 0.01%.
+const share = (p) => (p === 0 ? "0" : p < 1e-4 ? p.toExponential(1) : percent(p));
+const stateName = (s) => (s === -1 ? "done" : String(s)); // -1: DONE, after the end token
+// Where a token leads from the step's state; a masked one nowhere (the index's -1).
+const leadsTo = (entry) => (entry.allowed ? `\u2192 ${stateName(entry.next)}` : "\u2013");
+
+async function constrain() {
+  const widget = $("#mask");
+  const answer = await api(widget, "/api/mask",
+    {prompt: $("#mask-prompt").value, kind: $("#mask-kind").value, spec: $("#mask-spec").value,
+     temperature: number("#mask-temperature"), seed: number("#mask-seed"),
+     max_new_tokens: number("#mask-n")});
+  if (!answer) {
+    if (!$(".error", widget).hidden) clearMask(); // refused: nothing stale stays on show
+    return;
+  }
+  masking.answer = answer;
+  const accepting = answer.accepting.length > 12
+    ? `${answer.accepting.slice(0, 12).join(", ")}, \u2026` : answer.accepting.join(", ");
+  const end = answer.done ? "ended by the end token: a whole text of the language"
+    : answer.whole ? "cut by the token limit where the text is whole, before the end token"
+      : "cut by the token limit: only the beginning of a text of the language";
+  $("#mask-automaton").textContent = `automaton: ${answer.states} states (start 0; ` +
+    `accepting: ${accepting}) \u00b7 index rows built so far: ${answer.rows_built} of ` +
+    `${answer.states} \u00b7 ${answer.tokens.length} tokens, ${end}`;
+  // The walk: each state, then the token read in it; the state after the last token at the end.
+  const path = [];
+  answer.steps.forEach((step, i) => {
+    path.push(stateChip(step.state, answer.accepting.includes(step.state), i));
+    const span = document.createElement("span");
+    span.className = "token";
+    span.textContent = visible(step.token.text);
+    span.title = `token ${step.token.id}`;
+    span.dataset.step = i;
+    path.push(span);
+  });
+  const last = answer.steps.length ? answer.steps[answer.steps.length - 1].after : 0;
+  path.push(stateChip(last, last !== -1 && answer.accepting.includes(last), answer.steps.length - 1));
+  $("#mask-path").replaceChildren(...path);
+  $("#mask-step").max = Math.max(0, answer.steps.length - 1);
+  showMaskStep(0);
+}
+
+// A state of the walk as a chip (accepting: a double border), selecting step `i` when clicked.
+function stateChip(state, accepting, i) {
+  const chip = document.createElement("span");
+  chip.className = "state" + (accepting ? " accepting" : "") + (state === -1 ? " done" : "");
+  chip.textContent = stateName(state);
+  chip.dataset.step = i;
+  chip.title = state === -1 ? "done: the end token was drawn"
+    : `state ${state}${accepting ? " (accepting)" : ""}`;
+  return chip;
+}
+
+function clearMask() {
+  masking.answer = null;
+  for (const id of ["mask-automaton", "mask-path", "mask-stats", "mask-step-shown", "mask-bars"]) {
+    $("#" + id).replaceChildren();
+  }
+  $("#mask-kept tbody").replaceChildren();
+}
+
+// The step-k view: the state, the allowed set, the model's top tokens and what the mask leaves.
+function showMaskStep(k) {
+  const answer = masking.answer;
+  if (!answer || !answer.steps.length) return;
+  const steps = answer.steps;
+  k = Math.max(0, Math.min(steps.length - 1, k));
+  const step = steps[k];
+  $("#mask-step").value = k;
+  $("#mask-step-shown").textContent = `token ${k + 1} of ${steps.length}`;
+  for (const node of $$("#mask-path [data-step]")) {
+    node.classList.toggle("current", node.classList.contains("token") && Number(node.dataset.step) === k);
+  }
+  const token = step.token;
+  $("#mask-stats").innerHTML = `in state <span class="mask-state">${step.state}</span> ` +
+    `(<span class="mask-accepting">${step.accepting ? "accepting" : "not accepting"}</span>): ` +
+    `<span class="mask-allowed">${step.allowed}</span> of ${answer.vocabulary} tokens allowed, ` +
+    `holding <span class="mask-held">${share(step.allowed_p)}</span> of the model's ` +
+    `probability \u00b7 drawn: <span class="mask-drawn"></span> ` +
+    `(${share(token.kept)} after the mask, ${share(token.p)} and rank ${token.rank} before) ` +
+    `\u2192 state <span class="mask-after">${stateName(step.after)}</span>`;
+  $("#mask-stats .mask-drawn").textContent = JSON.stringify(token.text);
+  $("#mask-bars").replaceChildren(...step.top.map((t) => {
+    const div = document.createElement("div");
+    div.className = "bar-row mask-row" + (t.allowed ? "" : " masked");
+    div.dataset.id = t.id;
+    div.innerHTML = `<span class="label"></span><span class="track">
+      <span class="bar model" style="width:${100 * t.p}%"></span>
+      <span class="bar kept" style="width:${100 * t.kept}%"></span></span>
+      <span class="share model">${share(t.p)}</span>
+      <span class="share kept">${t.allowed ? share(t.kept) : "masked"}</span>
+      <span class="next">${leadsTo(t)}</span>`;
+    $(".label", div).textContent = JSON.stringify(t.text);
+    return div;
+  }));
+  $("#mask-kept tbody").replaceChildren(...step.kept_top.map((t) => {
+    const row = document.createElement("tr");
+    row.dataset.id = t.id;
+    row.className = t.id === token.id ? "drawn" : "";
+    row.innerHTML = `<td class="token-text"></td><td class="num kept">${share(t.kept)}</td>
+      <td class="num model">${share(t.p)}</td><td class="num rank">${t.rank}</td>
+      <td class="next">${leadsTo(t)}</td>`;
+    $(".token-text", row).textContent = JSON.stringify(t.text);
+    return row;
+  }));
+}
+
 // -- start ------------------------------------------------------------------------------------------
 
 async function start() {
@@ -526,6 +638,9 @@ async function start() {
   $("#serving-n").max = INFO.serving.max_new_tokens;
   $("#serving-pool").value = INFO.serving.num_blocks; // the default prompts' pool on this model
   $("#serving-max-requests").textContent = INFO.serving.max_requests;
+  $("#mask-prompt").value = INFO.mask.prompt;
+  $("#mask-prompt").maxLength = INFO.max_prompt_chars;
+  $("#mask-spec").value = INFO.mask.defaults[masking.kind];
 
   const samplingUpdate = debounce(updateSampling);
   for (const id of ["temperature", "top_k", "top_p", "min_p", "repetition_penalty",
@@ -561,9 +676,23 @@ async function start() {
   $("#serving-step").addEventListener("input", () => showStep(number("#serving-step")));
   $("#serving-back").addEventListener("click", () => showStep(number("#serving-step") - 1));
   $("#serving-next").addEventListener("click", () => showStep(number("#serving-step") + 1));
+  $("#run-mask").addEventListener("click", constrain);
+  $("#mask-kind").addEventListener("change", () => { // each kind keeps what was typed for it
+    masking.specs[masking.kind] = $("#mask-spec").value;
+    masking.kind = $("#mask-kind").value;
+    $("#mask-spec").value = masking.specs[masking.kind] ?? INFO.mask.defaults[masking.kind];
+    constrain();
+  });
+  $("#mask-step").addEventListener("input", () => showMaskStep(number("#mask-step")));
+  $("#mask-back").addEventListener("click", () => showMaskStep(number("#mask-step") - 1));
+  $("#mask-next").addEventListener("click", () => showMaskStep(number("#mask-step") + 1));
+  $("#mask-path").addEventListener("click", (event) => {
+    const step = event.target.dataset && event.target.dataset.step;
+    if (step !== undefined) showMaskStep(Number(step));
+  });
 
   showKnobValues();
-  await Promise.all([updateSampling(), writeColumns(), writeGreedy(), serve()]);
+  await Promise.all([updateSampling(), writeColumns(), writeGreedy(), serve(), constrain()]);
   document.body.dataset.ready = "yes";
 }
 
