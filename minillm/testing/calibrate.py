@@ -232,11 +232,11 @@ def calibrate(engine, texts: int = 4, length: int = 16, sizes=(1, 2, 3, 4, 8), r
     rng = np.random.default_rng(seed)
     batch = rng.integers(0, engine.vocab_size, (texts, length))  # (texts, T)
     whole = [logits_of(engine, text[None])[0] for text in batch]  # each (T, V)
-    kls = [0.0]
+    kls, like_kls = [0.0], [0.0]  # KL across call sizes, like with like
 
-    def gap(a, b, kl=True):
-        if kl:
-            kls.append(float(position_differences(a, b)[2].max()))
+    def gap(a, b, kl=kls):
+        if kl is not None:
+            kl.append(float(position_differences(a, b)[2].max()))
         return float(np.abs(a - b).max())
 
     cached = getattr(engine, "new_cache", None) is not None
@@ -251,12 +251,13 @@ def calibrate(engine, texts: int = 4, length: int = 16, sizes=(1, 2, 3, 4, 8), r
                     for _ in range(2)]
             first = in_chunks(engine, text, cuts[0])
             chunkings = max(chunkings, gap(first, in_chunks(engine, text, cuts[1])))
-            same = max(same, gap(first, in_chunks(engine, text, cuts[0]), kl=False))
+            same = max(same, gap(first, in_chunks(engine, text, cuts[0]), like_kls))
     together = logits_of(engine, batch[:rows])  # (rows, T, V)
     batch_rows = max(gap(together[r], whole[r]) for r in range(len(together)))
+    like_kls.append(max(kls[-len(together):]))
     shift = None
     if shifted is not None:
-        shift = max(gap(logits_of(shifted, text[None])[0], want, kl=False)
+        shift = max(gap(logits_of(shifted, text[None])[0], want, None)
                     for text, want in zip(batch, whole))
     across = max([one_token, chunkings, batch_rows, *sizes_seen.values()])
     like = max(same, batch_rows)
@@ -270,10 +271,14 @@ def calibrate(engine, texts: int = 4, length: int = 16, sizes=(1, 2, 3, 4, 8), r
     steps = (max(2 * window + 1, max(budget.boundaries) + 2 - window) if window is not None
              else 0)
     found = per_check(engine, lengths, steps, window, decode, keep, seed)
-    if cached:  # the drawn texts' chunkings, measured above, are the cache check's too
-        found["cache"]["uncached"] = tuple(max(a, b) for a, b in zip(
-            found["cache"]["uncached"], (max(one_token, chunkings, *sizes_seen.values()),
-                                         max(kls))))
+    on_drawn = {"cache": {"uncached": (max([one_token, chunkings, *sizes_seen.values()]),
+                                    max(kls))},
+             "rollback": {"uncached": (across, max(kls)), "chunks": (like, max(like_kls))}}
+    on_drawn["batch"] = on_drawn["rollback"]  # the drawn texts' paths: every check's drawn cases'
+    for name, by_reference in found.items():
+        for reference, figures in by_reference.items():
+            seen = on_drawn.get(name, {}).get(reference, (0.0, 0.0))
+            by_reference[reference] = tuple(max(a, b) for a, b in zip(figures, seen))
     return Calibration(one_token, sizes_seen, chunkings, batch_rows, shift, atol, same, spread,
                        reference, across_atol, kl, why, dtype, floor,
                        settings_of(found, spread, floor))
