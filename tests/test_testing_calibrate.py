@@ -104,7 +104,7 @@ def test_a_rollback_failure_within_call_size_noise_names_reference_chunks_kl_and
     assert lines.index(hint) == len(lines) - 2  # after the check's note, before the replay
     assert 'use reference="chunks"' in hint and "Tolerance(kl=...)" in hint
     assert "minillm.testing.calibrate(engine)" in hint
-    figures = re.search(r"differ by ([\d.e-]+) at that position, ([\d.]+) of its logits' "
+    figures = re.search(r"differ by ([\d.e-]+) at that position, ([\d.e-]+) of its logits' "
                         r"standard deviation ([\d.e-]+), KL ([\d.e-]+) nats", hint)
     largest, ratio, scale, kl = map(float, figures.groups())
     assert 0 < largest <= 0.05 * 4 and 0 < ratio <= 1 and kl > 0

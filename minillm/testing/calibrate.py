@@ -190,10 +190,12 @@ def per_check(engine, lengths, steps, window, decode, keep, seed) -> dict:
                  for b in lengths for k, (n, keep_, fed) in enumerate(rollback_crossings(b))])
                 for reference in ("uncached", "chunks")}
     try:
-        out["batch"] = {reference: measured(
-            [assert_batch_matches(engine, text(2, b + 2, 4 * b), [0, b + 2 - b // 2],
-                                  split=b - 1, tolerance=UNBOUNDED, reference=reference)
-             for b in lengths]) for reference in ("uncached", "chunks")}
+        out["batch"] = {reference: measured(  # a long row crossing b; a row of one token
+            [assert_batch_matches(engine, text(2, b + 2, 4 * b + k), pad, split=split,
+                                  tolerance=UNBOUNDED, reference=reference)
+             for b in lengths for k, (pad, split) in enumerate(
+                 [([0, b + 2 - b // 2], b - 1), ([0, b + 1], b + 2)])])
+            for reference in ("uncached", "chunks")}
     except EngineError:  # an engine that refuses padding: its batch check runs ragged=False
         pass
     if window is not None and (decode is not None or rolls_back(engine)):

@@ -151,7 +151,7 @@ def noise_hint(largest: float, scale: float, kl: float, across: str, chunks: boo
     like = ('use reference="chunks" (the same calls in a fresh cache: like with like, so only '
             'a rollback or batching bug differs), and ' if chunks else "")
     return (f"\nhint: the two paths make calls of different sizes ({across}) and differ by "
-            f"{largest:.3g} at that position, {largest / scale:.2f} of its logits' standard "
+            f"{largest:.3g} at that position, {largest / scale:.2g} of its logits' standard "
             f"deviation {scale:.3g}, KL {kl:.3g} nats: an engine whose kernels change with a "
             f"call's size can differ that much without a bug. Measure its noise with "
             f"minillm.testing.calibrate(engine) on a build you trust; then {like}bound the "
