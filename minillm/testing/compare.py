@@ -149,14 +149,15 @@ def noise_hint(largest: float, scale: float, kl: float, across: str, chunks: boo
     if not across or not largest <= NOISE_SCALED * scale:
         return ""
     like = ('use reference="chunks" (the same calls in a fresh cache: like with like, so only '
-            'a rollback or batching bug differs), and ' if chunks else "")
+            'a rollback or batching bug differs) and ' if chunks else "")
     return (f"\nhint: the two paths make calls of different sizes ({across}) and differ by "
             f"{largest:.3g} at that position, {largest / scale:.2g} of its logits' standard "
-            f"deviation {scale:.3g}, KL {kl:.3g} nats: an engine whose kernels change with a "
-            f"call's size can differ that much without a bug. Measure its noise with "
-            f"minillm.testing.calibrate(engine) on a build you trust; then {like}bound the "
-            f"comparisons across call sizes by the distribution, Tolerance(kl=...) with its "
-            f"`kl`, rather than by a wider atol")
+            f"deviation {scale:.3g}, KL {kl:.3g} nats: as much as an engine whose kernels "
+            f"change with a call's size may differ without a bug. Measure that noise with "
+            f"minillm.testing.calibrate(engine) on a build you trust: if it is this large, "
+            f"{like}bound the comparisons across call sizes by the distribution, "
+            f"Tolerance(kl=...) with its `kl`, rather than by a wider atol; if it is not, this "
+            f"is a bug")
 
 
 def assert_logits_close(got, want, tol: Tolerance, what: str, case: str, first: int = 0,

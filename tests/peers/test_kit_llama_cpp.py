@@ -208,7 +208,7 @@ def test_flash_attention_off_rollback_fails_against_one_call_and_passes_like_for
     one token, on which texts, changes with the draws (docs/TESTING.md)."""
     engine = llama_engine(flash_off)
     report = check_rollback(engine, atol=0, reference="chunks", max_batch=1, **SMALL)
-    rng, failures = np.random.default_rng(0), []
+    rng, failures, hints = np.random.default_rng(0), [], []
     for _ in range(16):
         tokens = rng.integers(0, engine.vocab_size, (1, int(rng.integers(1, 8))))
         keep = int(rng.integers(1, tokens.shape[1] + 1))
@@ -218,10 +218,12 @@ def test_flash_attention_off_rollback_fails_against_one_call_and_passes_like_for
             assert_rollback_matches(engine, tokens, keep, more, atol=0, reference="uncached")
         except AssertionError as error:
             failures.append(str(error).splitlines()[0])
+            hints.append(str(error).split("\nhint: ")[1][:160])
             assert 'hint: the two paths make calls of different sizes' in str(error)
             assert 'use reference="chunks"' in str(error)  # the failure points to the fix
     print(f"\nflash attention off, rollback like for like: {report}\none-token rollbacks "
-          f"against one uncached call: {len(failures)} of 16 fail, e.g. {failures[:1]}")
+          f"against one uncached call: {len(failures)} of 16 fail, e.g. {failures[:1]}; "
+          f"hint: {hints[:1]}")
     assert failures, "no one-token rollback differs from one uncached call: see docs/TESTING.md"
 
 
