@@ -41,7 +41,9 @@ Per check. Noise grows with a text's length and depends on a check's calls, so `
 each check's own setting (keyword arguments: check_rollback(engine, **found.checks["rollback"])),
 measured by that check's own comparisons (its one-case functions, with no bound) on seeded
 texts of the lengths and calls it uses: the profile's drawn length and the texts that cross
-each of its boundaries (profiles), with other ids than the check's own seeded cases. "window"
+each of its boundaries (profiles), with other ids than the check's own seeded cases (the batch
+check's with a row of one token too: its ragged rows), joined with the figures above (the
+paths its drawn cases take: N for "uncached", L for "chunks"). "window"
 is measured when the loop's `window` is given: the window check's seeded run (its prompt
 length, its number of steps) through `decode` (default window.rereading_loop). Each gets the
 rule above on its own noise: an atol of max(MARGIN * noise, floor) within the cap, else
@@ -74,7 +76,9 @@ UNBOUNDED = Tolerance(atol=np.inf)  # a check's comparisons measured, never fail
 @dataclass(frozen=True)
 class Calibration:
     """The largest elementwise difference of each path from one uncached call (same_chunks:
-    of one chunking from itself), the logits' spread, and the bounds the rule suggests."""
+    of one chunking from itself), the logits' spread, and the bounds the rule suggests.
+    dtype: of the engine's own logits; floor: the rule's; checks: {check name: its keyword
+    arguments}."""
 
     one_token: float
     call_sizes: dict = field(default_factory=dict)
