@@ -211,3 +211,12 @@ def test_the_window_check_gets_a_setting_measured_on_its_own_run():
     broken = budget_loop(WINDOWED, 6, broken_past=32)
     with pytest.raises(AssertionError, match="a seeded run past 64 tokens"):
         check_window_slides(broken, noisy, window=6, **setting)
+
+
+def test_the_suggested_reference_is_the_rules_whatever_the_checks_settings_chose():
+    """An engine exact like with like and off across call sizes: reference="chunks" at the
+    top, whatever order the per-check figures were measured in."""
+    for noisy, window in ((engine(noise=0.5), None), (growing(PAGED, 1e-3), 8),
+                          (growing(WINDOWED, 1e-3), 6)):
+        found = calibrate(noisy, window=window)  # "window" measured last, with no reference
+        assert found.same_chunks == 0 < found.one_token and found.reference == "chunks"

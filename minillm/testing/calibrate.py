@@ -278,13 +278,13 @@ def calibrate(engine, texts: int = 4, length: int = 16, sizes=(1, 2, 3, 4, 8), r
              else 0)
     found = per_check(engine, lengths, steps, window, decode, keep, seed)
     on_drawn = {"cache": {"uncached": (max([one_token, chunkings, *sizes_seen.values()]),
-                                    max(kls))},
-             "rollback": {"uncached": (across, max(kls)), "chunks": (like, max(like_kls))}}
-    on_drawn["batch"] = on_drawn["rollback"]  # the drawn texts' paths: every check's drawn cases'
+                                       max(kls))},
+                "rollback": {"uncached": (across, max(kls)), "chunks": (like, max(like_kls))}}
+    on_drawn["batch"] = on_drawn["rollback"]  # the paths of each check's drawn cases
     for name, by_reference in found.items():
-        for reference, figures in by_reference.items():
-            seen = on_drawn.get(name, {}).get(reference, (0.0, 0.0))
-            by_reference[reference] = tuple(max(a, b) for a, b in zip(figures, seen))
+        for way, figures in by_reference.items():
+            seen = on_drawn.get(name, {}).get(way, (0.0, 0.0))
+            by_reference[way] = tuple(max(a, b) for a, b in zip(figures, seen))
     return Calibration(one_token, sizes_seen, chunkings, batch_rows, shift, atol, same, spread,
                        reference, across_atol, kl, why, dtype, floor,
                        settings_of(found, spread, floor))
