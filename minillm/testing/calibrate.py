@@ -48,7 +48,10 @@ is measured when the loop's `window` is given: the window check's seeded run (it
 length, its number of steps) through `decode` (default window.rereading_loop). Each gets the
 rule above on its own noise: an atol of max(MARGIN * noise, floor) within the cap, else
 Tolerance(kl=MARGIN * its largest KL); rollback and batch take reference="chunks" when that
-measured less than "uncached"; "cache" holds its rollback part too. These are bounds for "the
+measured less than "uncached"; "cache" holds its rollback part too. Calibration measures
+each check, the window check included, rather than each check calibrating itself: one rule in
+one place, the figures printed together for a reader to judge, and no check widening its bound
+on the very cases it then judges. These are bounds for "the
 engine is right up to its own noise", not a proof that the noise is harmless: calibrate a
 build you trust, keep the figures, and read them.
 """
