@@ -67,17 +67,24 @@ def assert_batch_matches(engine, tokens, pad, atol: float | None = None, rtol: f
             alone = logits_of(engine, tokens[row:row + 1, p:])[0]
             reports.append(assert_logits_close(
                 uncached[row, p:], alone, tol, f"row {row} of the batch, uncached, against the "
-                "row alone", case, row=row))
+                "row alone", case, row=row,
+                across=f"a call of {T} columns, {p} of them padding, against one of {T - p}"
+                if p else ""))
             if not cached:
                 continue
             if reference == "chunks":
                 alone = row_in_chunks(engine, tokens[row, p:], split - p)
                 what = "against the row alone in a fresh cache fed the same chunks"
+                across = (f"a prefill of {split} columns, {p} of them padding, against one of "
+                          f"{split - p}" if p else "")
             else:
                 what = "against the row alone, one uncached call"
+                across = (f"a prefill of {split} columns, then one a step, against one call of "
+                          f"{T - p}" if split < T or p else "")
             reports.append(assert_logits_close(batched[row, p:], alone, tol,
                                                f"row {row} of the batch, cached, {what}", case,
-                                               row=row))
+                                               row=row, across=across,
+                                               chunks=reference == "uncached"))
     return combine(reports)
 
 

@@ -120,11 +120,15 @@ def compare_chunks(engine, tokens, cuts, tol: Tolerance) -> tuple[np.ndarray, Re
         for a, b in zip(cuts, cuts[1:]):
             chunks.append(logits_of(engine, tokens[:, a:b], cache))
             want = logits_of(engine, tokens[:, :b])[:, a:b]
+            across = f"a call of {b - a} into a cache of {a}, against one call of {b}" if a else ""
             reports.append(assert_logits_close(chunks[-1], want, tol, f"cached chunk [{a}, {b})",
-                                               case, first=a))
+                                               case, first=a, across=across))
     cached = np.concatenate(chunks, axis=1)
-    reports.append(assert_logits_close(cached, logits_of(engine, tokens), tol,
-                                       "cached chunks against the whole text (causality)", case))
+    sizes = [b - a for a, b in zip(cuts, cuts[1:])]
+    reports.append(assert_logits_close(
+        cached, logits_of(engine, tokens), tol, "cached chunks against the whole text "
+        "(causality)", case, across=f"calls of {sizes} against one of {tokens.shape[1]}"
+        if len(sizes) > 1 else ""))
     return cached, combine(reports)
 
 
@@ -161,13 +165,18 @@ def assert_rollback_matches(engine, tokens, keep: int, more, atol: float | None 
             text = np.concatenate([tokens[:, :keep], more], axis=1)
             want = logits_of(engine, text)[:, keep:]
             what = f"after truncate({keep}), against one uncached call"
+            across = f"a call of {more.shape[1]} into the cache cut to {keep}, against one " \
+                     f"call of {keep + more.shape[1]}" if keep else ""
         else:
             with open_cache(engine, len(tokens)) as fresh:
                 if keep:
                     logits_of(engine, tokens[:, :keep], fresh)
                 want = logits_of(engine, more, fresh)
             what = f"after truncate({keep}), against a fresh cache fed the same chunks"
-    return assert_logits_close(got, want, tol, what, case, first=keep)
+            across = f"the kept tokens cached in a call of {tokens.shape[1]}, the reference's " \
+                     f"in one of {keep}" if 0 < keep < tokens.shape[1] else ""
+    return assert_logits_close(got, want, tol, what, case, first=keep, across=across,
+                               chunks=reference == "uncached")
 
 
 def rolls_back(engine) -> bool:

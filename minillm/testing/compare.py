@@ -13,7 +13,10 @@ checked where it is given, at every position (a row of V logits) of every compar
                  everything a checker compared, so one disagreement is not a failure)
 
 Every comparison is measured whether or not it passes: a Report holds the largest difference
-of each kind and the top-1 agreement, so that a bound can be chosen from evidence.
+of each kind and the top-1 agreement, so that a bound can be chosen from evidence. When an
+atol fails on a comparison whose two paths make calls of different sizes, by no more than the
+position's own logit spread, the message ends with a hint (noise_hint): that much can be an
+engine's call-size noise, and it says what to try, with the figures measured.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+NOISE_SCALED = 1.0  # past one standard deviation of the position's logits: no kernel's rounding
 
 
 @dataclass(frozen=True)
@@ -134,15 +139,40 @@ def position_differences(got, want):
     return gap, scaled, kl, tv, agree
 
 
+def noise_hint(largest: float, scale: float, kl: float, across: str, chunks: bool) -> str:
+    """What to try when an atol fails on paths that make calls of different sizes (`across`
+    says which calls; '' when they make the same ones) by at most NOISE_SCALED times the
+    position's logit standard deviation `scale`: an engine whose kernels change with a call's
+    size (llama.cpp without flash attention, for one-token calls) differs that much without a
+    bug. `chunks`: reference="chunks" would compare this path like with like. '' when the
+    failure is not of that kind: a difference past the spread is named without excuses."""
+    if not across or not largest <= NOISE_SCALED * scale:
+        return ""
+    like = ('use reference="chunks" (the same calls in a fresh cache: like with like, so only '
+            'a rollback or batching bug differs) and ' if chunks else "")
+    return (f"\nhint: the two paths make calls of different sizes ({across}) and differ by "
+            f"{largest:.3g} at that position, {largest / scale:.2g} of its logits' standard "
+            f"deviation {scale:.3g}, KL {kl:.3g} nats: as much as an engine whose kernels "
+            f"change with a call's size may differ without a bug. Measure that noise with "
+            f"minillm.testing.calibrate(engine) on a build you trust: if it is this large, "
+            f"{like}bound the comparisons across call sizes by the distribution, "
+            f"Tolerance(kl=...) with its `kl`, rather than by a wider atol; if it is not, this "
+            f"is a bug")
+
+
 def assert_logits_close(got, want, tol: Tolerance, what: str, case: str, first: int = 0,
-                        row: int | None = None) -> Report:
+                        row: int | None = None, across: str = "",
+                        chunks: bool = False) -> Report:
     """Raise an AssertionError unless got and want meet every bound of `tol` at every position
     (top1: as a rate over these positions); return what was measured.
 
     got, want: (B, T, V) logits of the text's positions first .. first + T - 1, or (T, V)
     logits of one row, numbered `row` in the message. The message names the check (`what`),
     the bound broken, by how much and where (row, position in the text), and the case that
-    produced it (`case`: the tokens fed), so that a failure can be replayed by hand.
+    produced it (`case`: the tokens fed), so that a failure can be replayed by hand. `across`:
+    how the two paths' call sizes differ ('' when they make the same calls), `chunks`: whether
+    reference="chunks" compares them like with like; an atol failure within call-size noise
+    then ends with noise_hint's line.
     """
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     if row is not None:
@@ -167,8 +197,11 @@ def assert_logits_close(got, want, tol: Tolerance, what: str, case: str, first: 
         excess = gap - (tol.atol + tol.rtol * np.abs(want))
         if excess.max(initial=0.0) > 0:
             where = np.unravel_index(np.argmax(excess), gap.shape)
+            largest, ratio = gap[where[:2]].max(), scaled[where[:2]]
+            scale = largest / ratio if ratio > 0 else 0.0  # no spread: no excuse
             raise AssertionError(f"{what}: logits differ by up to {report.max_abs:.3g} (atol "
-                                 f"{tol.atol}, rtol {tol.rtol}) {at(where)}; {case}")
+                                 f"{tol.atol}, rtol {tol.rtol}) {at(where)}; {case}"
+                                 + noise_hint(largest, scale, kl[where[:2]], across, chunks))
     for name, values, label in (("scaled", scaled, "scaled difference"),
                                 ("kl", kl, "KL divergence"), ("tv", tv, "total variation")):
         bound = getattr(tol, name)

@@ -24,6 +24,14 @@ def checker_settings(max_examples: int) -> settings:
                     suppress_health_check=list(HealthCheck))
 
 
+def framed(error, note: str, replay: str | None) -> str:
+    """A failure's text with `note` (which check, how many cases) after its first part, then
+    its hint line (compare.noise_hint) if it has one, then the replay line last."""
+    text, _, hint = str(error).partition("\nhint: ")
+    return (f"{text} [{note}]" + (f"\nhint: {hint}" if hint else "")
+            + (f"\nreplay: {replay}" if replay is not None else ""))
+
+
 def _key(case):
     """A case as plain, comparable text (arrays as nested lists)."""
     if isinstance(case, np.ndarray):
@@ -67,11 +75,9 @@ def run_property(cases, check, max_examples: int, shrink_seconds: float = SHRINK
             raise
 
     def counted(error) -> str:
-        text = (f"{error} [{what + ': ' if what else ''}{ran[1]} cases passed before the "
-                f"first failure; {ran[0]} ran in all, shrinking included]")
-        if replay is not None and last:
-            text += f"\nreplay: {replay(last[0])}"
-        return text
+        return framed(error, f"{what + ': ' if what else ''}{ran[1]} cases passed before the "
+                      f"first failure; {ran[0]} ran in all, shrinking included",
+                      replay(last[0]) if replay is not None and last else None)
 
     try:
         checker_settings(max_examples)(given(cases)(bounded))()
@@ -100,6 +106,6 @@ def run_seeded(check, what: str, replay: str):
     try:
         check()
     except (AssertionError, EngineError):
-        raise AssertionError(f"{failure} [{what}]\nreplay: {replay}") from failure
+        raise AssertionError(framed(failure, what, replay)) from failure
     raise AssertionError(f"the engine is not deterministic: a case failed, then passed when "
                          f"run again; the first failure: {failure}\nreplay: {replay}")

@@ -94,7 +94,8 @@ def assert_slides_match(decode, engine, prompt, n: int, keep: int, atol: float |
             got[None, step:step + 1], want[None, None], tol,
             f"step {step} (view of {len(view)} tokens, window {W})",
             f"prompt {list(prompt)}, new tokens {tokens[:step + 1]}, view {view}",
-            first=len(view) - 1))
+            first=len(view) - 1, across=f"the loop's own calls against one call of "
+            f"{len(view)}" if len(view) > 1 else ""))
     return combine(reports)
 
 

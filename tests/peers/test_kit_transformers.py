@@ -24,7 +24,7 @@ from minillm.testing import (Engine, assert_rollback_matches, check_batch_equiva
                              check_speculative_distribution, exact_sequence_distribution)
 from minillm.testing.adapters.transformers import (HFCache, hf_engine, hf_filter,  # noqa: E402
                                                    hf_window_loop)
-from minillm.testing import check_window_slides  # noqa: E402
+from minillm.testing import calibrate, check_rollback, check_window_slides  # noqa: E402
 from minillm.testing.strategies import sampling_knobs  # noqa: E402
 from tests.peers.test_transformers_models import _float64_internals, hf_model  # noqa: E402
 
@@ -164,3 +164,20 @@ def test_crop_given_the_length_to_keep_is_caught():
     assert_rollback_matches(engine, [[1, 2]], 0, [[3]], atol=ATOL)
     with pytest.raises(AssertionError, match=r"after truncate\(0\)"):
         assert_rollback_matches(naive, [[1, 2]], 0, [[3]], atol=ATOL)
+
+
+def test_float32_settings_from_calibrate_hold_every_default_check_and_never_go_below_the_floor():
+    """A random Llama in float32 (transformers' own dtype): its paths differ by rounding, a
+    few 1e-6 on calibrate's texts; every setting is at least the float32 floor (64 ulps of the
+    largest logit), the window check's measured on its own run through hf_window_loop, and
+    each default check, crossings of 16, 32 and 64 tokens included, passes at its setting."""
+    model = hf_model("llama-gqa4:2-h16-tied", seed=0, vocab_size=97)
+    engine, loop = hf_engine(model), hf_window_loop(model, 8)
+    found = calibrate(engine, window=8, decode=loop)
+    print(f"\nfloat32 transformers: {found}")
+    assert found.dtype == "float32" and 0 < 2 * found.one_token < found.floor
+    assert all(kwargs["tolerance"].atol >= found.floor for kwargs in found.checks.values())
+    check_cache_equivalence(engine, **found.checks["cache"])
+    check_rollback(engine, **found.checks["rollback"])
+    check_batch_equivalence(engine, **found.checks["batch"])
+    check_window_slides(loop, engine, window=8, **found.checks["window"])

@@ -104,8 +104,8 @@ class LlamaContext:
         for _, _, ids in rows:
             out.append(np.stack([np.ctypeslib.as_array(
                 self.lib.llama_get_logits_ith(self.ctx, i + j), shape=(self.vocab_size,))
-                for j in range(len(ids))]).astype(np.float64) if len(ids) else
-                np.zeros((0, self.vocab_size)))
+                for j in range(len(ids))]).copy() if len(ids) else
+                np.zeros((0, self.vocab_size), dtype=np.float32))
             i += len(ids)
         return out
 
@@ -136,6 +136,7 @@ class LlamaCache:
 def llama_engine(llama: LlamaContext, position_offset: int = 0) -> Engine:
     """The adapter: each row is its own sequence; padding columns are not fed at all (a row's
     positions count from its first real token), their logits returned as zeros.
+    Logits in float32, as llama.cpp holds them (calibrate's floor is float32's).
     position_offset: every position moved by this constant (a text read from position
     `position_offset` on): with RoPE the angles between queries and keys do not change, so an
     exact engine gives the same logits; calibrate(..., shifted=...) measures how far it does."""
@@ -150,7 +151,7 @@ def llama_engine(llama: LlamaContext, position_offset: int = 0) -> Engine:
             first = position_offset + np.maximum(0, cache.length - cache.pad)  # (B,)
             rows = [(seq, int(first[r]), tokens[r, max(0, p - cache.length):])
                     for r, (seq, p) in enumerate(zip(cache.seqs, cache.pad))]
-            logits = np.zeros((B, T, llama.vocab_size))
+            logits = np.zeros((B, T, llama.vocab_size), dtype=np.float32)
             for r, row in enumerate(llama.decode(rows)):
                 logits[r, T - len(row):] = row
             cache.length += T
