@@ -319,3 +319,41 @@ def test_the_openai_clients_parse_with_a_pydantic_model(server):
         model="target", messages=HI, max_tokens=5, seed=0,
         extra_body={"structured_outputs": {"choice": ["alpha", "beta"]}})
     assert reply.choices[0].message.content in ("alpha", "beta")
+
+
+def test_builds_wait_in_a_bounded_queue_and_outlive_a_client_gone(monkeypatch):
+    """At most MAX_BUILDING distinct constraints wait for the build thread (then a 429); a
+    client that leaves while its constraint builds leaves it built for the next."""
+    import asyncio
+    import threading
+
+    from minillm.serve import structured
+    from minillm.serve.errors import APIError
+
+    release, calls = threading.Event(), []
+
+    def slow_build(wanted, tokenizer):
+        calls.append(wanted.pattern)
+        release.wait(30)
+        return wanted.pattern
+
+    monkeypatch.setattr(structured, "build", slow_build)
+
+    async def scenario():
+        built = structured.Constraints()
+        specs = [structured.Spec(f"a{i}", None, "guided_regex")
+                 for i in range(structured.MAX_BUILDING + 1)]
+        waiting = [asyncio.ensure_future(built.get(s, None)) for s in specs[:-1]]
+        await asyncio.sleep(0.05)
+        with pytest.raises(APIError) as refused:
+            await built.get(specs[-1], None)
+        assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "1"
+        waiting[0].cancel()  # its client is gone
+        release.set()
+        assert await asyncio.gather(*waiting[1:]) == [s.pattern for s in specs[1:-1]]
+        assert await built.get(specs[0], None) == "a0"  # built once, though its asker left
+        assert await built.get(specs[-1], None) == specs[-1].pattern  # room again
+        return [s.pattern for s in specs]
+
+    asked = asyncio.run(scenario())
+    assert sorted(calls) == sorted(asked)  # each built once

@@ -23,9 +23,11 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-from .errors import bad_value
+from .errors import APIError, bad_value
 
 MAX_CONSTRAINTS = 32  # built constraints kept, the least recently asked for dropped first
+MAX_BUILDING = 4  # distinct constraints waiting to be built or building; more: 429
+RETRY_AFTER = 1  # seconds a client refused for that is told to wait
 VLLM_KINDS = ("json", "regex", "choice", "json_object")  # structured_outputs' read keys
 OLD_NAMES = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice"}
 FIELDS = ("response_format", "structured_outputs", *OLD_NAMES)  # the fields read here
@@ -118,7 +120,9 @@ def spec(kind: str, value, param: str) -> Spec:
 
 class Constraints:
     """The built constraints, the last MAX_CONSTRAINTS asked for, each built once on the
-    thread of its own (the same Spec asked again while it builds waits for that build)."""
+    thread of its own (the same Spec asked again while it builds waits for that build); at
+    most MAX_BUILDING new ones wait for that thread at a time, so that a client asking for
+    many slow ones is told to retry (429) rather than queueing them without bound."""
 
     def __init__(self, size: int = MAX_CONSTRAINTS):
         self.size, self.built = size, OrderedDict()  # key -> concurrent Future
@@ -129,14 +133,19 @@ class Constraints:
         naming the field (the ValueError of minillm.constrain)."""
         key = (id(tokenizer), wanted.pattern, wanted.options)
         future = self.built.get(key)
-        if future is None:
+        if future is None or future.cancelled():
+            if sum(not f.done() for f in self.built.values()) >= MAX_BUILDING:
+                raise APIError(429, f"{wanted.param}: {MAX_BUILDING} constraints are being "
+                                    "built already; retry later", wanted.param,
+                               "too_many_requests", {"Retry-After": str(RETRY_AFTER)})
             future = self.pool.submit(build, wanted, tokenizer)
             self.built[key] = future
             while len(self.built) > self.size:
                 self.built.popitem(last=False)
         self.built.move_to_end(key)
         try:
-            return await asyncio.wrap_future(future)
+            # shielded: a client gone while it waits leaves the build to finish, for others
+            return await asyncio.shield(asyncio.wrap_future(future))
         except ValueError as e:  # the same Spec fails alike: kept, so it is not built again
             raise bad_value(wanted.param, str(e)) from None
         except Exception:
