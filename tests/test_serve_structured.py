@@ -223,6 +223,11 @@ def test_what_cannot_be_honoured_is_a_400_naming_it(server):
         "response_format"  # no name
     assert refused(server, "/v1/completions", prompt="A", guided_choice=[])["param"] == \
         "guided_choice"
+    deep = {"type": "integer"}
+    for _ in range(4):  # each level's pattern holds the one below several times
+        deep = {"type": "object", "properties": {f"p{i}": deep for i in range(6)}}
+    error = refused(server, "/v1/completions", prompt="A", guided_json=deep)
+    assert "too large" in error["message"] and error["param"] == "guided_json"
     assert post(server, "/v1/completions", {"prompt": "A", "max_tokens": 1})[0] == 200
 
 

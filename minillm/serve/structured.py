@@ -28,6 +28,7 @@ from .errors import APIError, bad_value
 MAX_CONSTRAINTS = 32  # built constraints kept, the least recently asked for dropped first
 MAX_BUILDING = 4  # distinct constraints waiting to be built or building; more: 429
 RETRY_AFTER = 1  # seconds a client refused for that is told to wait
+MAX_PATTERN_CHARS = 1_000_000  # a schema's pattern longer than this is refused before building
 VLLM_KINDS = ("json", "regex", "choice", "json_object")  # structured_outputs' read keys
 OLD_NAMES = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice"}
 FIELDS = ("response_format", "structured_outputs", *OLD_NAMES)  # the fields read here
@@ -110,12 +111,18 @@ def spec(kind: str, value, param: str) -> Spec:
             raise bad_value(param, "regex must be a string")
         return Spec(value, None, param)
     try:
-        return Spec(schema_regex(value), None, param)
+        pattern = schema_regex(value)
     except ValueError as e:  # the keyword it cannot honour, named
         raise bad_value(param, str(e)) from None
     except (TypeError, AttributeError, KeyError, RecursionError) as e:  # a keyword's value
         raise bad_value(param, f"json_schema: cannot read the schema ({type(e).__name__}: "
                                f"{e})") from None  # of the wrong kind, or nesting too deep
+    # A pattern this long would take seconds to parse, and much memory to hold as a tree, for
+    # an automaton past the bound of nfa.py anyway (a schema's grows with its nesting).
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise bad_value(param, f"json_schema: too large: its pattern has {len(pattern):,} "
+                               f"characters, at most {MAX_PATTERN_CHARS:,} are built")
+    return Spec(pattern, None, param)
 
 
 class Constraints:
