@@ -306,6 +306,28 @@ def test_none_ignores_the_tools_and_auto_is_free(tool_server):
     assert error["param"] == "tools" and "format" in error["message"]
 
 
+def test_auto_answers_a_reply_that_reads_as_a_call_as_one(tool_server):
+    """A reply held by a regex to a call in the template's syntax, with text before it."""
+    call = '{"name": "get_time", "arguments": {"zone": "CET"}}'
+    text = "Let me see. <tool_call>\n" + call + "\n</tool_call>"
+    for stream in (False, True):
+        body = {"model": "target", "messages": HI, "max_tokens": 120, "seed": 0,
+                "tools": [TIME], "guided_regex": re.escape(text).replace("\\\n", "\n"),
+                "stream": stream}
+        if stream:
+            with httpx.stream("POST", tool_server.url + "/v1/chat/completions", json=body,
+                              timeout=120) as r:
+                last = [json.loads(line[6:]) for line in r.iter_lines()
+                        if line.startswith("data: {")][-1]["choices"][0]
+            message, finish = last["delta"], last["finish_reason"]
+        else:
+            choice = ok(tool_server, "/v1/chat/completions", **body)["choices"][0]
+            message, finish = choice["message"], choice["finish_reason"]
+        assert finish == "tool_calls" and message["content"] == "Let me see."
+        (got,) = message["tool_calls"]
+        assert got["function"] == {"name": "get_time", "arguments": '{"zone": "CET"}'}
+
+
 def test_auto_reads_a_call_as_vllms_tool_parsers_do():
     tools = Tools([WEATHER], "auto", wrapped=True)
     content, call = read_call('Sure. <tool_call>\n{"name": "get_weather", "arguments": '

@@ -61,9 +61,9 @@ def tools_of(body: dict, template: str | None) -> Tools | None:
         return None
     if choice in (None, "auto", "required"):
         return Tools(tools, choice or "auto", OPEN in (template or ""))
-    named = choice.get("function", {}).get("name") if isinstance(choice, dict) \
-        and choice.get("type") == "function" and isinstance(choice.get("function"), dict) \
-        else None
+    function = choice.get("function") if isinstance(choice, dict) \
+        and choice.get("type") == "function" else None
+    named = function.get("name") if isinstance(function, dict) else None
     if not isinstance(named, str):
         raise bad_value("tool_choice", "must be \"none\", \"auto\", \"required\" or "
                                        "{\"type\": \"function\", \"function\": {\"name\": ...}}")
