@@ -4,12 +4,13 @@
     reply = await completions(service, body)   # a dict, or (stream) an async iterator of events
 
 A request's body is checked first (fields.py; a long one on the tokenizing pool, since
-tokenizing a long prompt must not hold up the other requests: tokens.py). Its choices become
-one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the engine's
-thread puts each event there with `call_soon_threadsafe`, and the handler reads them in order,
-decoding each choice's text (text.py). Whoever stops reading early (a client gone: its task is
-cancelled) cancels the ticket on the way out, so its requests are aborted and their blocks
-freed.
+tokenizing a long prompt must not hold up the other requests: tokens.py), and the constraint it
+asks for, if any, built (structured.py: on a thread of its own, once per pattern). Its choices
+become one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the
+engine's thread puts each event there with `call_soon_threadsafe`, and the handler reads them
+in order, decoding each choice's text (text.py); with tools, a whole reply is read as a call
+when it is one (tools.py). Whoever stops reading early (a client gone: its task is cancelled)
+cancels the ticket on the way out, so its requests are aborted and their blocks freed.
 """
 from __future__ import annotations
 
