@@ -1,6 +1,7 @@
 """The `minillm generate` and `minillm next` commands: real runs and every bad input."""
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -494,3 +495,77 @@ def test_a_progress_line_wipes_itself_before_another_line_is_written(monkeypatch
         line.count("joining m.gguf", 1, 5, "bytes")
         line.show("[loading]")
     assert piped.getvalue() == "" and not line.live
+
+
+# -- structured output: --json_schema, --regex, --choice ----------------------------------------
+
+SHIPPED_PROMPT = "In the beginning"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from minillm.cli.common import DEFAULT_MODEL
+
+    return minillm.load(DEFAULT_MODEL)
+
+
+def test_generate_constrained_prints_the_librarys_tokens(shipped, capsys, tmp_path):
+    """The shipped model, each flag: the tokens of minillm.generate with that constraint."""
+    from minillm.constrain import choice, json_schema, regex
+
+    tok = shipped.tokenizer
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                               "n": {"type": "integer"}}, "required": ["ok"]}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    ids = tok.encode(SHIPPED_PROMPT)
+    for flags, constraint, whole in (
+            (["--choice", " yes", "--choice", " no"], choice([" yes", " no"], tok),
+             lambda t: t in (" yes", " no")),
+            (["--regex", " [0-9]{2,4}"], regex(" [0-9]{2,4}", tok),
+             lambda t: t[0] == " " and t[1:].isdigit() and 2 <= len(t) - 1 <= 4),
+            (["--json_schema", tmp_path / "s.json"], json_schema(schema, tok),
+             lambda t: isinstance(json.loads(t)["ok"], bool))):
+        expected = minillm.generate(shipped, ids, max_new_tokens=60, seed=2,
+                                    constraint=constraint)
+        code, out, err = run_cli(capsys, "generate", SHIPPED_PROMPT, "--max_new_tokens", 60,
+                                 "--seed", 2, *flags)
+        assert code == 0 and expected[-1] in tok.eos_token_ids, err
+        assert out == tok.decode(expected[:-1]) + "\n"
+        assert whole(out[len(SHIPPED_PROMPT):-1]) and "cut" not in err
+
+
+def test_a_constrained_text_cut_by_max_new_tokens_is_said_to_be(capsys):
+    code, out, err = run_cli(capsys, "generate", SHIPPED_PROMPT, "--max_new_tokens", 2,
+                             "--seed", 0, "--regex", "[a-z]{5,9}")
+    assert code == 0 and re.fullmatch("[a-z]{1,9}", out[len(SHIPPED_PROMPT):-1])
+    assert "cut at --max_new_tokens: the text is not whole]" in err
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_the_structured_output_flags_refuse_in_one_line(capsys, tmp_path, command):
+    (tmp_path / "bad.json").write_text('{"type": "object", "properties": '
+                                       '{"d": {"type": "string", "format": "date"}}}')
+    (tmp_path / "broken.json").write_text('{"type": ')
+    text = [] if command == "chat" else ["Hi"]
+    for flags, message in (
+            (["--json_schema", tmp_path / "absent.json"],
+             f"--json_schema: no such file: {tmp_path / 'absent.json'}"),
+            (["--json_schema", tmp_path / "broken.json"],
+             f"--json_schema: {tmp_path / 'broken.json'} is not JSON: Expecting value"),
+            (["--json_schema", tmp_path / "bad.json"],
+             f"--json_schema: {tmp_path / 'bad.json'}: json_schema: the keyword 'format' is "
+             "not supported"),
+            (["--regex", "(ab"], "--regex: regex '(ab'"),
+            (["--regex", "a", "--choice", "b"],
+             "argument --choice: not allowed with argument --regex"),
+            (["--json-schema", tmp_path / "bad.json"], "--json-schema: ")):
+        try:
+            code, out, err = run_cli(capsys, command, *text, "--model_path",
+                                     tmp_path / "absent.npz", *flags)  # before loading it
+        except SystemExit as e:  # argparse's own refusal
+            code, (out, err) = e.code, capsys.readouterr()
+        assert code == 2 and err.startswith(f"minillm {command}: error: {message}"), err
+        assert len(err.splitlines()) == 1
+    code, _, err = run_cli(capsys, "generate", "Hi", "--choice", "a", "--draft", "ngram")
+    assert code == 2 and err == ("minillm generate: error: --choice: not with --draft ngram: "
+                                 "speculative decoding here takes no constraint\n")

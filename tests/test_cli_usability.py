@@ -310,3 +310,36 @@ def test_inspect_shows_the_chat_template_and_the_end_tokens(capsys, tmp_path):
     minillm.save(model, tmp_path / "turns.npz")
     code, out, _ = run_cli(capsys, "inspect", tmp_path / "turns.npz")
     assert "  end tokens      <eos> 257, <end_of_turn> 259\n" in out
+
+
+def test_chat_gives_every_reply_the_constraint_of_its_flag(capsys, monkeypatch, tmp_path):
+    """minillm chat builds the constraint over its template's tokenizer (<|im_end|> ends a
+    whole reply) and hands it to every turn's respond; here respond is generate with it, as
+    conversation.respond's keyword does."""
+    import minillm.conversation as conversation
+    from minillm.constrain import Constraint
+
+    path, model = chat_model_file(tmp_path)
+    seen = []
+
+    def respond(chat, prompt, config, rng, **kwargs):
+        seen.append(kwargs)
+        new = minillm.generate(chat.model, prompt, config, **kwargs)[len(prompt):]
+        yield from new
+
+    monkeypatch.setattr(conversation, "respond", respond)
+    for flags, replies in ((["--choice", "yes", "--choice", "no"], {"yes", "no"}),
+                           (["--regex", "[0-9]{2}"], None), ([], None)):
+        seen.clear()
+        monkeypatch.setattr("sys.stdin", io.StringIO("Hi\nAgain\n\n"))
+        code, out, err = run_cli(capsys, "chat", "--model_path", path, "--seed", 1, *flags)
+        assert code == 0 and len(seen) == 2, err
+        if not flags:
+            assert seen == [{}, {}]
+            continue
+        constraint = seen[0]["constraint"]
+        assert isinstance(constraint, Constraint) and seen[1]["constraint"] is constraint
+        assert 257 in constraint.index.vocabulary.ends  # the template's end of turn
+        lines = out.splitlines()
+        assert len(lines) == 2 and all(line in replies if replies else
+                                       len(line) == 2 and line.isdigit() for line in lines)

@@ -2,9 +2,11 @@
 both endpoints and names of its own, values of every JSON type nested, Unicode with lone
 surrogates, huge and tiny numbers) and each reply is a 200 or a 4xx with OpenAI's error object.
 
-The fuzz asks nothing of what a field does (response_format and tools may one day be done):
-only that the server answers every body with a reply or a refusal, and goes on serving. The
-named bodies below are the malformed requests that once got a 500 or went unchecked.
+The fuzz asks nothing of what a field does: only that the server answers every body with a
+reply or a refusal, and goes on serving. The fields of structured output (response_format,
+structured_outputs, guided_*, tools, tool_choice) are also drawn from values near the ones
+they take (small schemas, regexes, choices, tools), so that constraints are built and run.
+The named bodies below are the malformed requests that once got a 500 or went unchecked.
 """
 import json
 
@@ -140,6 +142,39 @@ PLAUSIBLE = {"integer": st.integers(-2, 40), "boolean": st.booleans(), "string":
              "stop": st.one_of(TEXT, st.lists(TEXT, max_size=5)), "array": VALUES,
              "object": st.one_of(VALUES, st.dictionaries(TEXT, st.booleans(), max_size=2),
                                  st.fixed_dictionaries({"include_usage": st.booleans()}))}
+SCHEMAS = st.one_of(st.sampled_from([
+    {"type": "object"}, {"type": "integer"}, {"enum": ["a", 1, None]}, {"type": "boolean"},
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+     "required": ["a"]}, {"type": "array", "items": {"type": "null"}, "maxItems": 2},
+    {"anyOf": [{"const": 1}, {"type": "string", "minLength": 5, "maxLength": 2}]},
+    {"type": "nope"}, {"properties": []}, {"type": "string", "pattern": "x"}, True, False]),
+    VALUES)
+REGEXES = st.one_of(st.sampled_from(["[0-9]+", "a|b", "(", "x{2,1}", "[^a]?", ""]), TEXT)
+CHOICES = st.one_of(st.lists(st.text(max_size=3), max_size=3), VALUES)
+TOOLS = st.lists(st.fixed_dictionaries({"type": st.sampled_from(["function", "x"]),
+                                        "function": st.fixed_dictionaries(
+                                            {"name": st.sampled_from(["f", "g"])},
+                                            optional={"parameters": SCHEMAS})}), max_size=2)
+# Values near those each field of structured output takes (beside those of its kind).
+STRUCTURED = {
+    "response_format": st.one_of(
+        st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "json_schema",
+                                                        "xml"])}),
+        st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema":
+                               st.fixed_dictionaries({"name": st.just("x"),
+                                                      "schema": SCHEMAS},
+                                                     optional={"strict": VALUES})})),
+    "structured_outputs": st.one_of(
+        st.fixed_dictionaries({}, optional={"json": SCHEMAS, "regex": REGEXES,
+                                            "choice": CHOICES, "json_object": VALUES,
+                                            "grammar": TEXT})),
+    "guided_json": SCHEMAS, "guided_regex": REGEXES, "guided_choice": CHOICES,
+    "tools": TOOLS,
+    "tool_choice": st.one_of(st.sampled_from(["none", "auto", "required", "other"]),
+                             st.fixed_dictionaries({"type": st.just("function"), "function":
+                                                    st.fixed_dictionaries(
+                                                        {"name": st.sampled_from(["f", "h"])})})),
+}
 PLAIN_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
                                        "content": st.text(max_size=12)})
 
@@ -158,7 +193,8 @@ def bodies(draw):
     body["max_tokens"] = draw(st.one_of(st.integers(0, 4), st.integers(1, 4), VALUES))
     names = sorted(set(table) - {"model", "max_tokens", "prompt", "messages"})
     for name in draw(st.lists(st.sampled_from(names), max_size=4, unique=True)):
-        body[name] = draw(st.one_of(PLAUSIBLE[table[name]], PLAUSIBLE[table[name]], VALUES))
+        near = STRUCTURED.get(name, PLAUSIBLE[table[name]])
+        body[name] = draw(st.one_of(near, near, PLAUSIBLE[table[name]], VALUES))
     body.update(draw(st.dictionaries(st.sampled_from(["best_temperature", "\ud800"]) | TEXT,
                                      VALUES, max_size=1)) if draw(st.integers(0, 4)) == 0
                 else {})
@@ -168,6 +204,24 @@ def bodies(draw):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bodies())
 def test_any_body_gets_a_reply_or_a_4xx(http, case):
+    path, body = case
+    answered(http, path, body)
+
+
+@st.composite
+def structured_bodies(draw):
+    """A good body and one or two fields of structured output, near or anything."""
+    path = draw(st.sampled_from(sorted(ENDPOINTS)))
+    body = dict(GOOD if path == "/v1/completions" else CHAT_GOOD, max_tokens=4)
+    names = sorted(set(STRUCTURED) & set(ENDPOINTS[path]))
+    for name in draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)):
+        body[name] = draw(st.one_of(STRUCTURED[name], STRUCTURED[name], VALUES))
+    return path, body
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(structured_bodies())
+def test_any_structured_output_gets_a_reply_or_a_4xx(http, case):
     path, body = case
     answered(http, path, body)
 

@@ -5,6 +5,7 @@
     minillm chat --model_path smollm2-135m-instruct     # a fetched model, by name or path
     minillm chat --model_path M.npz --system "You are terse." --temperature 0.2
     minillm chat --model_path gemma3-270m --template chat_template.jinja   # a file without one
+    minillm chat --json_schema person.json             # every reply JSON valid under a schema
 
 Without --model_path the chat runs the fetched chat model (smollm2-135m-instruct), saying so
 on stderr; with none fetched it says how to fetch one. The shipped model does not chat.
@@ -26,6 +27,9 @@ The knobs start from minillm.knobs.CHAT_DEFAULTS, not from the model's own distr
 replies of up to 512 tokens (bench/studies/chat_endings.py measured both); --temperature 0 is
 greedy, and --top_k 0, --top_p 1, --min_p 0 or --repetition_penalty 1 turns one off.
 
+With --json_schema FILE, --regex PATTERN or --choice TEXT (repeated) every reply is a whole
+text of that language (minillm.constrain), ended by an end token once it is whole.
+
 A model whose file carries no chat template (Gemma 3 270M, a base model, is one) chats only
 with --template FILE, a Jinja chat template such as the instruction-tuned model's: it takes the
 place of the model's own, and its end-of-turn tokens stop the replies.
@@ -36,7 +40,8 @@ import sys
 import time
 
 from ..knobs import CHAT_DEFAULTS, KNOBS
-from .common import (UsageError, add_knob_arguments, add_model_argument, add_stop_argument,
+from .common import (UsageError, add_constraint_arguments, add_knob_arguments,
+                     add_model_argument, add_stop_argument, constraint_of, constraint_spec,
                      knobs_of, load_model, text_writer)
 
 
@@ -51,6 +56,7 @@ def add_arguments(parser) -> None:
     add_knob_arguments(parser)  # --max_new_tokens: the longest reply
     use_chat_defaults(parser)
     add_stop_argument(parser)
+    add_constraint_arguments(parser)
     parser.add_argument("--int8", action="store_true",
                         help="quantize the linear weights to int8 on load")
 
@@ -77,6 +83,7 @@ def run(args) -> int:
 
     # The template file is read first: a bad path is told before the model's slow load.
     template = None if args.template is None else read_template(args.template)
+    spec = constraint_spec(args)  # and so is a schema file that cannot be read
     path = args.model_path if args.model_path is not None else fetched_chat_model()
     model = load_model(path, int8=args.int8, reference=args.reference)
     tokenizer = model.tokenizer
@@ -88,6 +95,7 @@ def run(args) -> int:
         raise UsageError(f"--model_path: {path} has no chat template in its "
                          "tokenizer; give one with --template FILE (a Jinja chat template)")
     stops = list(tokenizer.eos_token_ids)
+    constrained = {} if spec is None else {"constraint": constraint_of(spec, tokenizer)}
     config = generation_config(None, model, **knobs_of(args), stop_tokens=stops,
                                stop_strings=args.stop)
     messages = [] if args.system is None else [{"role": "system", "content": args.system}]
@@ -111,7 +119,7 @@ def run(args) -> int:
         reused = common_prefix_length(conversation.cached, prompt)
         started, reply = time.perf_counter(), []
         write = text_writer(tokenizer, sys.stdout, args.stop, hidden=stops)
-        tokens = respond(conversation, prompt, config, rng)
+        tokens = respond(conversation, prompt, config, rng, **constrained)
         try:
             for token in tokens:
                 reply.append(token)

@@ -470,6 +470,75 @@ def add_stop_argument(parser) -> None:
                              "needs a tokenizer)")
 
 
+# -- structured output: the text of a language (minillm.constrain) ---------------------------
+
+def add_constraint_arguments(parser) -> None:
+    """--json_schema FILE, --regex PATTERN, --choice TEXT (repeated): one of them."""
+    group = parser.add_argument_group(
+        "structured output (one of these; the new text is a whole text of the language)")
+    one = group.add_mutually_exclusive_group()
+    one.add_argument = add_both_spellings(one.add_argument)  # a group's group: argparse's own
+    one.add_argument("--json_schema", default=None, metavar="FILE",
+                     help="the text is JSON valid under the JSON Schema in FILE "
+                          "(docs/CONSTRAINED.md says which keywords are read)")
+    one.add_argument("--regex", default=None, metavar="PATTERN",
+                     help="the text matches PATTERN, a regular expression, as a whole")
+    one.add_argument("--choice", action="append", default=None, metavar="TEXT", type=escaped,
+                     help="the text is one of the TEXTs (repeat for each option; \\n, \\t, "
+                          "\\r, \\\\ and \\uXXXX are decoded)")
+
+
+def constraint_spec(args):
+    """(flag, what to build) of the structured-output flag given, or None; a file that cannot
+    be read, is not JSON or holds a schema with a keyword not read is a one-line error now,
+    before the model's load."""
+    import json
+
+    from ..constrain.pattern import parse
+    from ..constrain.schema import schema_regex
+
+    if getattr(args, "json_schema", None) is not None:
+        flag = given(args, "json_schema") or "--json_schema"
+        text = read_text_file(args.json_schema, flag)
+        try:
+            schema = json.loads(text)
+        except ValueError as e:
+            raise UsageError(f"{flag}: {args.json_schema} is not JSON: {e}") from None
+        return flag, checked(lambda: parse(schema_regex(schema)), f"{flag}: "
+                                                                   f"{args.json_schema}")
+    if getattr(args, "regex", None) is not None:
+        flag = given(args, "regex") or "--regex"
+        return flag, checked(lambda: parse(args.regex), flag)
+    if getattr(args, "choice", None):
+        return given(args, "choice") or "--choice", list(args.choice)
+    return None
+
+
+def checked(make, where: str):
+    """make(), a ValueError of minillm.constrain as a one-line error starting with `where`."""
+    try:
+        return make()
+    except ValueError as e:
+        raise UsageError(f"{where}: {e}") from None
+    except RecursionError:
+        raise UsageError(f"{where}: nested too deeply") from None
+
+
+def constraint_of(spec, tokenizer):
+    """The Constraint of constraint_spec's (flag, tree or options) over the model's
+    tokenizer, or None without one."""
+    from ..constrain.constraint import choice, compiled
+
+    if spec is None:
+        return None
+    flag, what = spec
+    if tokenizer is None:
+        raise UsageError(f"{flag}: this model has no tokenizer to spell the text with")
+    if isinstance(what, list):
+        return checked(lambda: choice(what, tokenizer), flag)
+    return checked(lambda: compiled(what, tokenizer, flag), flag)
+
+
 def stop_tokens(text, model) -> list[int]:
     """--stop_ids, or by default every end token the tokenizer names (<|im_end|> for a chat
     model)."""

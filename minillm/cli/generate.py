@@ -9,12 +9,18 @@
     minillm generate "In the beginning" --stop "." --stop "\\n\\n"     # end at either text
     minillm generate "In the beginning" --logprobs --max_new_tokens 10
     minillm generate --model_path smollm2-135m-instruct --chat "What is the capital of France?"
+    minillm generate "The answer is" --choice yes --choice no        # one of the texts
+    minillm generate "In the year" --regex "[0-9]{4}"                # a text the pattern matches
+    minillm generate --chat "A person" --json_schema person.json      # JSON valid under a schema
 
 The text goes to stdout; a one-line summary goes to stderr: how long the prompt took to read
 (prefill) and the new tokens after the first (decode), each with its tokens/s. Generation
 ends at an end token of the tokenizer (or the --stop_ids given), or when the new text contains
 a --stop text, which is not printed. Special tokens (<bos>, <|im_end|>, ...) are not printed
-either, unless --show_special. On a terminal, a long read (a prompt of more than
+either, unless --show_special. With --json_schema, --regex or --choice the new text is a whole
+text of that language (minillm.constrain: each token masked to those that keep it one), and it
+ends with an end token once it is whole, or at --max_new_tokens (the summary then says it was
+cut: the text is not whole). On a terminal, a long read (a prompt of more than
 window.READ_CHUNK tokens, the window's kept half after a slide) shows its progress on stderr.
 
 The prompt is text to continue, as it stands. A chat model (a file with a chat template) reads
@@ -40,9 +46,9 @@ import sys
 import time
 
 from ..knobs import CHAT_DEFAULTS, KNOBS
-from .common import (ProgressLine, UsageError, add_knob_arguments, add_prompt_arguments,
-                     add_stop_argument, given, knobs_of, load_model, prompt_ids, stop_tokens,
-                     text_writer)
+from .common import (ProgressLine, UsageError, add_constraint_arguments, add_knob_arguments,
+                     add_prompt_arguments, add_stop_argument, constraint_of, constraint_spec,
+                     given, knobs_of, load_model, prompt_ids, stop_tokens, text_writer)
 
 
 def add_arguments(parser) -> None:
@@ -75,6 +81,7 @@ def add_arguments(parser) -> None:
                         help="read the prompt as a user's message through the model's chat "
                              "template (a chat model's first turn), print the reply alone, "
                              "and sample from minillm chat's knobs unless given")
+    add_constraint_arguments(parser)
     parser.add_argument("--logprobs", action="store_true",
                         help="print a table of every token's log-probability instead of the "
                              "text (layout above)")
@@ -107,6 +114,12 @@ def check_flags(args) -> None:
     if args.draft_k is not None and args.draft_k < 1:
         raise UsageError(f"{flag('draft_k', '--draft_k')}: must be at least 1, got "
                          f"{args.draft_k}")
+    constrained = next((given(args, dest) or "--" + dest for dest in ("json_schema", "regex",
+                                                                      "choice")
+                        if getattr(args, dest)), None)
+    if constrained and drafted:
+        raise UsageError(f"{constrained}: not with {drafting}: speculative decoding here takes "
+                         "no constraint")
     if args.no_cache and drafted:
         raise UsageError(f"{flag('no_cache', '--no_cache')}: not with {drafting}: "
                          "speculative decoding always uses the KV cache")
@@ -161,7 +174,7 @@ def token_stream(model, prompt, args, stats=None):
                                   stop_strings=args.stop)
     return stream(model, prompt, use_cache=not args.no_cache, **knobs_of(args),
                   stop_tokens=stop_tokens(args.stop_ids, model), stop_strings=args.stop,
-                  progress=reading_progress())
+                  progress=reading_progress(), constraint=args.constraint)
 
 
 def reading_progress(stream=None):
@@ -187,8 +200,10 @@ def run(args) -> int:
             if not given(args, name):
                 setattr(args, name, value)
     knobs_of(args)  # a bad knob is refused before the model's load
+    spec = constraint_spec(args)  # and so is a schema file that cannot be read
     model = load_model(args.model_path, int8=args.int8, reference=args.reference)
     prompt = prompt_ids(args, model, chat=args.chat)
+    args.constraint = constraint = constraint_of(spec, model.tokenizer)  # None: free text
     from ..speculative import SpeculativeStats
 
     if args.logprobs:
@@ -210,7 +225,11 @@ def run(args) -> int:
     write([], end=True)
     print(file=sys.stdout)
     read = min(len(prompt), model.config.context_length)  # a longer prompt: its last window
-    print(summary(read, times, "no cache" if args.no_cache else "KV cache"), file=sys.stderr)
+    line = summary(read, times, "no cache" if args.no_cache else "KV cache")
+    if constraint is not None and len(new) == args.max_new_tokens \
+            and new[-1] not in constraint.index.vocabulary.ends:
+        line = line[:-1] + "; cut at --max_new_tokens: the text is not whole]"
+    print(line, file=sys.stderr)
     hint = chat_hint(model, new, args)
     if hint:
         print(hint, file=sys.stderr)
@@ -269,7 +288,7 @@ def print_logprobs(model, prompt, args) -> int:
     start = time.perf_counter()
     if draft is None:
         rollout = generate(model, prompt, use_cache=not args.no_cache, prompt_logprobs=True,
-                           **knobs)
+                           constraint=args.constraint, **knobs)
     else:  # scored under the target's distributions, as plain generation scores them
         rollout, _ = speculative_generate(model, draft, prompt, k=k, return_logprobs=True,
                                           **knobs)
@@ -296,7 +315,7 @@ def print_explained(model, prompt, args) -> int:
     print(legend(colour), file=sys.stderr)
     write_explained(sys.stdout, model, prompt, colour, args.plot,
                     **knobs_of(args), stop_tokens=stop_tokens(args.stop_ids, model), use_cache=not args.no_cache,
-                    stop_strings=args.stop)
+                    stop_strings=args.stop, constraint=args.constraint)
     return 0
 
 

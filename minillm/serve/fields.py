@@ -8,7 +8,9 @@ ranges are the library's own (minillm.knobs, the same message as everywhere); th
 are the server's, and bound the work one request can ask for.
 
 A request becomes a Plan: the prompts as token ids, and for each of its n choices per prompt the
-knobs of `Engine.add_request`.
+knobs of `Engine.add_request`; and, when the body asks for structured output (response_format,
+structured_outputs, guided_*: structured.py) or a tool call (tools.py), the reply's constraint
+as a Spec, which the handler builds (handlers.constrain) and every choice follows.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from ..knobs import generation_config
 from .bodies import MAX_BODY_BYTES  # noqa: F401 (the server's bounds, all named here)
 from .errors import APIError, bad_shape, bad_value
 from .messages import chat_messages
+from .structured import Spec, spec, spec_of
+from .tools import Tools, call_pattern, call_schema, tools_of
 
 MAX_TOKENS = 4096  # max_tokens per choice (and the prompt and they must fit the context)
 MAX_CHOICES = 16  # n, times the prompts of one completions request
@@ -38,12 +42,14 @@ KNOBS = {"temperature": "number", "top_p": "number", "frequency_penalty": "numbe
          "repetition_penalty": "number", "penalty_window": "integer"}
 COMMON = {"model": "string", "max_tokens": "integer", "seed": "integer", "stop": "stop",
           "n": "integer", "stream": "boolean", "stream_options": "object", "user": "string",
-          "logit_bias": "object", "ignore_eos": "boolean", "min_tokens": "integer", **KNOBS}
+          "logit_bias": "object", "ignore_eos": "boolean", "min_tokens": "integer",
+          "response_format": "object", "structured_outputs": "any", "guided_json": "any",
+          "guided_regex": "string", "guided_choice": "array", **KNOBS}
 COMPLETION = {**COMMON, "prompt": "any", "echo": "boolean", "logprobs": "integer",
               "suffix": "string", "best_of": "integer"}
 CHAT = {**COMMON, "messages": "array", "logprobs": "boolean", "top_logprobs": "integer",
         "max_completion_tokens": "integer", "tools": "array", "tool_choice": "any",
-        "response_format": "object", "parallel_tool_calls": "boolean", "store": "boolean",
+        "parallel_tool_calls": "boolean", "store": "boolean",
         "metadata": "object", "service_tier": "string"}
 # The server's bounds of the knobs, within the library's ranges (minillm.knobs): OpenAI's for
 # its own fields; top_k at most the vocabulary and penalty_window the context (None: that bound).
@@ -51,9 +57,7 @@ SERVER_BOUNDS = {"temperature": (0, 2), "top_p": (0, 1), "min_p": (0, 1),
                  "frequency_penalty": (-2, 2), "presence_penalty": (-2, 2),
                  "repetition_penalty": (0, 2), "top_k": (0, None), "penalty_window": (1, None)}
 # OpenAI's fields minillm does not do: taken only at the value that asks for nothing.
-UNSUPPORTED = {"suffix": lambda v: not v,
-               "tools": lambda v: not v, "tool_choice": lambda v: v == "none",
-               "response_format": lambda v: v.get("type") == "text"}
+UNSUPPORTED = {"suffix": lambda v: not v}
 LIBRARY_NAMES = {"max_new_tokens": "max_tokens", "stop_strings": "stop"}
 STREAM_OPTIONS = ("include_usage", "continuous_usage_stats")  # booleans
 
@@ -74,6 +78,8 @@ class Plan:
     continuous_usage: bool = False  # usage in every chunk of a stream
     logit_bias: dict = None  # {token id: added to its logit}
     min_tokens: int = 0  # the end tokens cannot come before this many new tokens
+    structure: Spec | None = None  # the reply's constraint, asked for (structured.py)
+    tools: Tools | None = None  # the tools a reply may call (tools.py)
 
     @property
     def scoring_only(self) -> bool:
@@ -98,8 +104,10 @@ def completion_plan(body, model, names, longest: int) -> Plan:
     n = choices(body, len(prompts))
     if body.get("best_of") not in (None, n):
         raise bad_value("best_of", f"not supported (only best_of = n), got {body['best_of']}")
-    return plan(body, model, prompts, "prompt", COMPLETION_TOKENS, top, n,
-                model.tokenizer.eos_token_ids, echo=bool(body.get("echo")))
+    checked = plan(body, model, prompts, "prompt", COMPLETION_TOKENS, top, n,
+                   model.tokenizer.eos_token_ids, echo=bool(body.get("echo")))
+    checked.structure = spec_of(body)
+    return checked
 
 
 def chat_plan(body, model, names, tokenizer, longest: int) -> Plan:
@@ -113,8 +121,16 @@ def chat_plan(body, model, names, tokenizer, longest: int) -> Plan:
     if tokenizer.chat_template is None:
         raise bad_value("messages", "this model has no chat template; give the server one "
                                     "(minillm serve --template FILE), or use /v1/completions")
+    tools, structure = tools_of(body, tokenizer.chat_template), spec_of(body)
+    if tools is not None and tools.constrained:
+        if structure is not None:
+            raise bad_value(structure.param, f"not with tool_choice {body['tool_choice']!r}: "
+                                             "the reply is a tool call")
+        called = spec("json", call_schema(tools), "tools")
+        structure = called._replace(pattern=call_pattern(tools, called.pattern))
+    shown = tools.schemas if tools and "tools" in tokenizer.chat_template else None
     try:
-        prompt = chat_prompt_ids(tokenizer, messages)
+        prompt = chat_prompt_ids(tokenizer, messages, tools=shown)
     except Exception as e:  # ValueError, or the template's own TemplateError
         raise bad_value("messages", f"the chat template cannot render them: {e}") from None
     if "max_tokens" not in body and "max_completion_tokens" in body:
@@ -127,8 +143,10 @@ def chat_plan(body, model, names, tokenizer, longest: int) -> Plan:
                                             f"got {top}")
     elif body.get("top_logprobs") is not None:
         raise bad_value("top_logprobs", "needs logprobs: true")
-    return plan(body, model, [prompt], "messages", MAX_TOKENS, top, choices(body, 1),
-                tokenizer.eos_token_ids)  # with the template's end-of-turn tokens
+    checked = plan(body, model, [prompt], "messages", MAX_TOKENS, top, choices(body, 1),
+                   tokenizer.eos_token_ids)  # with the template's end-of-turn tokens
+    checked.structure, checked.tools = structure, tools
+    return checked
 
 
 def fields(body, table: dict, required: tuple, names) -> dict:

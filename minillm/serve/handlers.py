@@ -4,12 +4,13 @@
     reply = await completions(service, body)   # a dict, or (stream) an async iterator of events
 
 A request's body is checked first (fields.py; a long one on the tokenizing pool, since
-tokenizing a long prompt must not hold up the other requests: tokens.py). Its choices become
-one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the engine's
-thread puts each event there with `call_soon_threadsafe`, and the handler reads them in order,
-decoding each choice's text (text.py). Whoever stops reading early (a client gone: its task is
-cancelled) cancels the ticket on the way out, so its requests are aborted and their blocks
-freed.
+tokenizing a long prompt must not hold up the other requests: tokens.py), and the constraint it
+asks for, if any, built (structured.py: on a thread of its own, once per pattern). Its choices
+become one Ticket (loop.py) whose outputs come back through an asyncio queue of its own: the
+engine's thread puts each event there with `call_soon_threadsafe`, and the handler reads them
+in order, decoding each choice's text (text.py); with tools, a whole reply is read as a call
+when it is one (tools.py). Whoever stops reading early (a client gone: its task is cancelled)
+cancels the ticket on the way out, so its requests are aborted and their blocks freed.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ from .fields import chat_plan, completion_plan
 from .loop import Choice, Ticket
 from .metrics import Metrics
 from .scores import processor
+from .structured import Constraints
 from .text import ChoiceText
 from .tokens import Tokenizing, longest_token_bytes
+from .tools import read_call
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Service:
         if self.chat_tokenizer is None:
             self.chat_tokenizer = self.model.tokenizer
         self.tokenizing, self.metrics = Tokenizing(), Metrics()
+        self.constraints = Constraints()
         self.longest = max(map(longest_token_bytes, (self.model.tokenizer,
                                                       self.chat_tokenizer)))
 
@@ -88,6 +92,7 @@ async def completions(service: Service, body):
     arrived = time.monotonic()
     plan = await service.tokenizing.run(completion_plan, body, service.model, [service.name],
                                         service.longest)
+    await constrain(service, plan, service.model.tokenizer)
     return await answer(Run(service, plan, chat=False, arrived=arrived))
 
 
@@ -95,7 +100,15 @@ async def chat_completions(service: Service, body):
     arrived = time.monotonic()
     plan = await service.tokenizing.run(chat_plan, body, service.model, [service.name],
                                         service.chat_tokenizer, service.longest)
+    await constrain(service, plan, service.chat_tokenizer)
     return await answer(Run(service, plan, chat=True, arrived=arrived))
+
+
+async def constrain(service: Service, plan, tokenizer) -> None:
+    """The plan's choices given the Constraint it asks for (structured.py), over the tokenizer
+    whose end tokens end its replies."""
+    if plan.structure is not None:
+        plan.knobs["constraint"] = await service.constraints.get(plan.structure, tokenizer)
 
 
 RETRY_AFTER = 1  # seconds a refused client is told to wait: a step or two of the engine
@@ -189,7 +202,8 @@ class Run:
         self.prompt_of, choices, self.texts = [], [], []
         for p, knobs in plan.choices():
             prompt = plan.prompts[p]
-            process = processor(plan.logit_bias, plan.min_tokens, knobs["stop_tokens"])
+            process = processor(plan.logit_bias, plan.min_tokens, knobs["stop_tokens"],
+                                knobs.get("constraint"))
             choices.append(Choice(prompt, knobs, logprobs, plan.logprobs or 0, process))
             self.prompt_of.append(p)
             self.texts.append(ChoiceText(model.tokenizer, prompt, knobs["stop_strings"],
@@ -293,8 +307,11 @@ class Run:
                                                              "content": ""})])
                 elif echo or scores:
                     yield self.chunk([self.choice(i, echo, scores, None)])
+            held = {}  # with tools, each choice's reply so far: read as a call once whole
             while self.left:
                 u = await self.next()
+                if self.plan.tools is not None:
+                    u = self.held(held, u)
                 if u.text or u.entries or u.finish:
                     use = self.usage() if self.plan.continuous_usage else None
                     yield self.chunk([self.choice(u.choice, u.text, u.entries, u.finish)], use)
@@ -309,6 +326,14 @@ class Run:
             self.close()
         yield replies.DONE
 
+    @staticmethod
+    def held(held: dict, u: Update) -> Update:
+        """A reply that may be a tool call, sent whole once it is done (nothing before)."""
+        text, entries = held.get(u.choice, ("", []))
+        held[u.choice] = (text + u.text, entries + u.entries)
+        return Update(u.choice, *held.pop(u.choice), u.finish) if u.finish else \
+            Update(u.choice, "", [], None)
+
     def choice(self, i, text, entries, finish, whole=False) -> dict:
         tokenizer, asked = self.service.model.tokenizer, self.plan.logprobs is not None
         if not self.chat:
@@ -316,9 +341,17 @@ class Run:
                 if asked else None
             return replies.text_choice(i, text, logprobs, finish)
         logprobs = replies.chat_logprobs(tokenizer, entries) if asked else None
+        call = None
+        if self.plan.tools is not None and finish == "stop":  # a whole reply: is it a call?
+            content, call = read_call(text, self.plan.tools)
+            if call is not None:
+                text, finish = content, "tool_calls"
         if whole:
-            return replies.chat_choice(i, text, logprobs, finish)
-        return replies.chat_delta(i, {"content": text} if text else {}, logprobs, finish)
+            return replies.chat_choice(i, text, logprobs, finish, call)
+        delta = {"content": text} if text else {}
+        if call is not None:
+            delta["tool_calls"] = [{"index": 0, **call}]
+        return replies.chat_delta(i, delta, logprobs, finish)
 
     def chunk(self, choices, use=None) -> str:
         kind = "chat.completion.chunk" if self.chat else "text_completion"

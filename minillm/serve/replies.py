@@ -37,9 +37,14 @@ def text_choice(index, text, logprobs=None, finish_reason=None) -> dict:
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
-def chat_choice(index, content, logprobs=None, finish_reason=None) -> dict:
-    return {"index": index, "message": {"role": "assistant", "content": content},
-            "logprobs": logprobs, "finish_reason": finish_reason}
+def chat_choice(index, content, logprobs=None, finish_reason=None, call=None) -> dict:
+    """A whole chat choice; with a tool call (tools.py), its content null unless text came
+    before the call."""
+    message = {"role": "assistant", "content": content}
+    if call is not None:
+        message["tool_calls"] = [call]
+    return {"index": index, "message": message, "logprobs": logprobs,
+            "finish_reason": finish_reason}
 
 
 def chat_delta(index, delta, logprobs=None, finish_reason=None) -> dict:

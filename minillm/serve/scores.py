@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..constrain.constraint import allowed
 
-def processor(bias: dict, min_tokens: int, end_tokens):
-    """process(request, logits) for the engine, or None when it would change nothing."""
+
+def processor(bias: dict, min_tokens: int, end_tokens, constraint=None):
+    """process(request, logits) for the engine, or None when it would change nothing.
+    With a constraint its end tokens are kept off too, except where the constraint allows
+    nothing else (its text is whole and can go no further): min_tokens gives way there, so
+    that some token is always left."""
+    end_tokens = set(end_tokens) | set(() if constraint is None
+                                       else constraint.index.vocabulary.ends)
     if not bias and not (min_tokens and end_tokens):
         return None
     ids, values = np.array(list(bias), dtype=np.int64), np.array(list(bias.values()))
@@ -27,7 +34,16 @@ def processor(bias: dict, min_tokens: int, end_tokens):
     def process(request, logits):
         logits = logits.copy()
         logits[ids] += values.astype(logits.dtype)
-        if request.new_tokens < min_tokens:
+        if request.new_tokens < min_tokens and not only_the_end(request, ends, len(logits)):
             logits[ends] = -np.inf
         return logits
     return process
+
+
+def only_the_end(request, ends, vocab_size: int) -> bool:
+    """Whether the request's constraint allows nothing but its end tokens now."""
+    if request.constraint is None:
+        return False
+    mask = allowed(request.constraint, request.state, vocab_size)
+    mask[ends] = False
+    return not mask.any()
