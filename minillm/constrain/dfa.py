@@ -111,18 +111,35 @@ def trim(rows, accepting):
     """The states from which an accepting state can be reached, renumbered in order (the
     start stays 0 when it is one of them; none at all: the language is empty); transitions
     to the others become -1."""
-    live = {s for s, a in enumerate(accepting) if a}
-    grew = True
-    while grew:  # a state is live when one of its transitions leads to a live state
-        new = {s for s, row in enumerate(rows) if s not in live and live.intersection(row)}
-        live |= new
-        grew = bool(new)
+    live = reachable(np.array(rows, dtype=np.int64).reshape(len(rows), -1),
+                     {s for s, a in enumerate(accepting) if a}, forward=False)
     if 0 not in live:
         return [], []
     kept = sorted(live)
     renumber = {old: new for new, old in enumerate(kept)}
     return ([[renumber.get(t, -1) for t in rows[s]] for s in kept],
             [accepting[s] for s in kept])
+
+
+def reachable(moves: np.ndarray, states: set, forward: bool) -> set:
+    """The states reached from `states` along moves (states, bytes) -> next state (-1: none),
+    or, backward, the states from which one of them is reached: a search that visits each
+    state and each move once."""
+    sources, byte = np.nonzero(moves >= 0)  # every move sources[i] -> targets[i]
+    targets = moves[sources, byte]
+    if not forward:
+        sources, targets = targets, sources
+    order = np.argsort(sources, kind="stable")
+    sources, targets = sources[order], targets[order]
+    first = np.searchsorted(sources, np.arange(len(moves) + 1))  # state s: first[s]:first[s+1]
+    seen, todo = set(states), list(states)
+    while todo:
+        s = todo.pop()
+        for t in targets[first[s]:first[s + 1]].tolist():
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
 
 
 def minimize(rows, accepting):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .dfa import reachable
 
 @dataclass(frozen=True)
 class Vocabulary:
@@ -166,24 +167,10 @@ def full(automaton, vocab: Vocabulary) -> dict:
 def never_stuck(automaton, vocab: Vocabulary) -> bool:
     """Whether from every state reached through bytes some token holds, a path of bytes
     that are whole one-byte tokens leads to acceptance."""
-    reached = closure(automaton.table[:, vocab.held], {0}, forward=True)
-    finishing = closure(automaton.table[:, vocab.singles],
+    reached = reachable(automaton.table[:, vocab.held], {0}, forward=True)
+    finishing = reachable(automaton.table[:, vocab.singles],
                         set(np.flatnonzero(automaton.accepting).tolist()), forward=False)
     return reached <= finishing
-
-
-def closure(moves: np.ndarray, states: set, forward: bool) -> set:
-    """The states reached from `states` along moves (states, bytes) -> next state (-1: none),
-    or, backward, the states from which one of them is reached."""
-    states, grew = set(states), True
-    while grew:
-        if forward:
-            new = set(moves[list(states)].ravel().tolist()) - {-1}
-        else:
-            new = set(np.flatnonzero(np.isin(moves, list(states)).any(axis=1)).tolist())
-        grew = not new <= states
-        states |= new
-    return states
 
 
 def pruned(rows: dict, accepting) -> dict:
