@@ -116,8 +116,6 @@ class Engine:
         speculation = None if draft is None else Speculation.make(
             draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
         if constraint is not None:
-            if draft is not None:
-                raise ValueError("constraint: not with draft (speculative serving) yet")
             constraint = row_constraints(constraint, 1, cfg.vocab_size)[0]
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
                           logprobs, top_logprobs, process, stop_text, speculation, constraint)
@@ -148,7 +146,7 @@ class Engine:
         """Run one step: the scheduled chunks through the model in one pass, a token for every
         request whose text is computed (a round's tokens for a speculating one); returns them."""
         work = self.scheduler.schedule()
-        guesses = draft_rounds(work)  # id -> (guesses, q): a round drafts before the pass
+        guesses = draft_rounds(work)  # id -> (guesses, q, states): drafted before the pass
         outputs = []
         for (request, n), z in zip(work, self._forward(work, guesses) if work else []):
             if request.id in guesses:  # a round: the kept guesses and the next token
