@@ -104,7 +104,6 @@ def lookup(text, k, n):
     return []
 
 
-
 def drafted(drafter, text, k, rng, constraint=None, state=0):
     """A round's (guesses, q, states): the drafter's guesses and the q they were drawn from;
     with a constraint (in `state` after `text`), told to the drafter, the states that mask the
