@@ -68,8 +68,7 @@ def assert_scores(rollout, expected):
 
 def in_language(pattern, new) -> bool:
     """A whole output (ended by its end token) matches; one cut short begins a match."""
-    c = LONG_CONSTRAINTS.get(pattern) or regex(pattern, Letters())
-    state = 0
+    c, state = LONG_CONSTRAINTS[pattern], 0
     for t in new:
         state = advance(c, state, t)  # raises on a token not allowed
     text = b"".join(Letters().token_bytes(t) for t in new if t != END).decode()
