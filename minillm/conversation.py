@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .constrain.constraint import row_constraints
 from .generate import decode
 from .knobs import GenerationConfig, generation_config
 from .window import common_prefix_length, first_window, sync
@@ -58,12 +59,13 @@ class Conversation:
 
 
 def respond(conversation: Conversation, prompt, config: GenerationConfig | None = None,
-            rng=None, **knobs):
+            rng=None, constraint=None, **knobs):
     """Yield the reply to `prompt` (the whole conversation, rendered and encoded) token by
     token, reusing the cache; a stop token ends the reply and is yielded last (by default the
     model's end tokens, such as <|im_end|>: the reply ends by itself). config and knobs: as in
     minillm.generate; rng: a numpy Generator in place of the seed's (pass one generator to
-    every turn for one random stream across the conversation).
+    every turn for one random stream across the conversation). constraint: the reply's
+    language, as in minillm.generate (the reply ends with an end token once it is whole).
 
     On return the cache holds the view's tokens up to the last one read (the final token
     yielded is never read: it is the reply's end, or the last of max_new_tokens). A reply
@@ -73,6 +75,8 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
     model, cache = conversation.model, conversation.cache
     config = generation_config(config, model, **knobs)
     rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
+    if constraint is not None:
+        constraint = row_constraints(constraint, 1, model.config.vocab_size)
     W = model.config.context_length
     if len(prompt) > W:  # said as generate says it of a long prompt (inputs.check_prompts)
         warnings.warn(f"conversation: {len(prompt)} tokens, longer than the model's context of "
@@ -82,7 +86,7 @@ def respond(conversation: Conversation, prompt, config: GenerationConfig | None 
     window = first_window([np.asarray(view)], W)
     try:
         logits = sync(model, cache, conversation.cached, view)
-        for step in decode(model, window, cache, logits, config, rng):
+        for step in decode(model, window, cache, logits, config, rng, constraints=constraint):
             yield int(step.tokens[0])
     finally:
         conversation.cached = cached_text(window.row(0), cache.length)

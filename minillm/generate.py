@@ -136,17 +136,17 @@ def prefill(model, window: Window, cache, progress=None):
 
 
 def decode(model, window: Window, cache, logits, config: GenerationConfig, rng, progress=None,
-           constraints=None):
+           constraints=None, states=None):
     """Yield a Step per token: sample from `logits`, stop, append, read; the cache (None: the
     uncached loop) holds the window's text but its last token, whose logits are `logits`.
     With constraints, each row's logits are masked first (the Step's logits are the masked
-    ones) and the row's automaton state follows its tokens; the constraint follows the
-    output, not the window, so a slide changes nothing of it."""
+    ones) and the row's automaton state, from `states` (None: the start, 0), follows its
+    tokens; the constraint follows the output, not the window: a slide changes nothing of it."""
     texts = None  # each row's new text, decoded, when stop strings are watched for
     if config.stop_strings:
         texts = [start_text(model.tokenizer, window.row(r)) for r in range(len(logits))]
     running = np.ones(len(logits), dtype=bool)
-    states = None if constraints is None else [0] * len(logits)  # each row's automaton state
+    states = None if constraints is None else list(states or [0] * len(logits))
     for n in range(config.max_new_tokens):
         if states is not None:  # the mask, the first filter
             logits = masked_logits(logits, constraints, states)

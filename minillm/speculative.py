@@ -14,15 +14,18 @@ q(x) min(1, p(x)/q(x)) = min(p(x), q(x)), or because a rejection resampled it,
 total by which p exceeds q. The two add up to p(x). p and q are the *filtered* distributions
 (temperature, top-k, top-p, min-p, repetition penalty): the rule is exact for whatever
 distribution the target samples from, as long as q is the distribution the guess was drawn from.
+With a constraint, p at each verified position is masked by the automaton's state after the
+guesses before it, the first filter: the rule holds for that p (drafters.drafted says how
+guesses the constraint does not allow are rejected).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from .drafters import ModelDrafter, NgramDrafter
+from .constrain.constraint import DONE, advance, masked_logits, row_constraints
+from .drafters import drafted, make_drafter
 from .generate import ends_row
 from .inputs import check_prompts
 from .knobs import checked, default, generation_config
@@ -96,7 +99,8 @@ class SpeculativeStats:
 
 
 def speculative_generate(target, draft, prompt_ids, config=None, *, k=default("k"),
-                         ngram=default("ngram"), rng=None, return_logprobs=False, **knobs):
+                         ngram=default("ngram"), rng=None, return_logprobs=False,
+                         constraint=None, **knobs):
     """Prompt + new tokens from `target`, with guesses from `draft`, and the SpeculativeStats.
 
     draft: a Model sharing the target's vocabulary, "ngram" (prompt lookup of the last
@@ -106,10 +110,11 @@ def speculative_generate(target, draft, prompt_ids, config=None, *, k=default("k
     the distribution of minillm.generate with the same knobs; at temperature 0 it is the same
     text, token for token, window slides included. return_logprobs: a Rollout in place of
     the ids, each new token scored under the target's distributions as generate scores it.
+    constraint: as in minillm.generate; the target's and a draft model's distributions masked.
     """
     stats, scores = SpeculativeStats(), ([] if return_logprobs else None)
     new = list(speculative_stream(target, draft, prompt_ids, config, k=k, ngram=ngram, rng=rng,
-                                  stats=stats, scores=scores, **knobs))
+                                  stats=stats, scores=scores, constraint=constraint, **knobs))
     ids = [int(t) for t in prompt_ids] + new
     if scores is None:
         return ids, stats
@@ -118,7 +123,8 @@ def speculative_generate(target, draft, prompt_ids, config=None, *, k=default("k
 
 
 def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k"),
-                       ngram=default("ngram"), rng=None, stats=None, scores=None, **knobs):
+                       ngram=default("ngram"), rng=None, stats=None, scores=None,
+                       constraint=None, **knobs):
     """An iterator over the new tokens as they are accepted; `stats` (a SpeculativeStats) is
     updated as it goes, and `scores` (a list), if given, receives a ScoredToken for every
     token of a round as the round ends. Arguments are checked here, before the first token."""
@@ -131,22 +137,27 @@ def speculative_stream(target, draft, prompt_ids, config=None, *, k=default("k")
                            getattr(target, "tokenizer", None))
     stats = SpeculativeStats() if stats is None else stats
     rng = np.random.default_rng(config.seed) if rng is None else rng  # or the caller's
-    return _rounds(target, drafter, [int(t) for t in prompt_ids], config, k, rng, stats, scores)
+    if constraint is not None:
+        constraint = row_constraints(constraint, 1, vocab)[0]
+    return _rounds(target, drafter, [int(t) for t in prompt_ids], config, k, rng, stats, scores,
+                   constraint)
 
 
-def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
-    """Rounds until a stop token, a stop string or max_new_tokens; the bookkeeping of the
-    window and stats. scores: a list that receives a ScoredToken per new token, if given."""
+def _rounds(target, drafter, text, config, k, rng, stats, scores=None, constraint=None):
+    """Rounds until a stop token, a stop string, the constraint's end or max_new_tokens; the
+    bookkeeping of the window, stats and the automaton's state (it follows the output, not the
+    window). scores: a list that receives a ScoredToken per new token, if given."""
     W = target.config.context_length
     texts = [start_text(target.tokenizer, text)] if config.stop_strings else None  # one row
     cache = target.new_cache(capacity=min(W, len(text) + config.max_new_tokens + k))
     start = max(0, len(text) - W)  # the view is text[start:]: a long prompt's last W tokens
+    state = 0  # the constraint's automaton state, if there is one
     while stats.new_tokens < config.max_new_tokens:
         # Each position is predicted from the same view that plain generation would use:
         # the view may grow to W tokens, so at most W - view guesses fit in this block.
         room = min(k, W - (len(text) - start), config.max_new_tokens - stats.new_tokens - 1)
         new, proposed, new_logits = speculative_round(target, cache, drafter, text, start, room,
-                                                      config.sampling, rng)
+                                                      config.sampling, rng, constraint, state)
         if scores is not None:
             scores.extend(score_round(new, new_logits, text[start:], config.sampling))
         _count(stats, len(new) - 1, proposed, drafter.calls)
@@ -154,7 +165,8 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
             text.append(t)
             stats.new_tokens += 1
             yield t
-            if stats.new_tokens == config.max_new_tokens \
+            state = state if constraint is None else advance(constraint, state, t)
+            if stats.new_tokens == config.max_new_tokens or state == DONE \
                     or ends_row([t], [0], config, texts)[0]:
                 return
         new_start = view_start(len(text), start, W)
@@ -163,10 +175,12 @@ def _rounds(target, drafter, text, config, k, rng, stats, scores=None):
             cache.reset()
 
 
-def speculative_round(target, cache, drafter, text, start, k, sampling: SamplingConfig, rng):
+def speculative_round(target, cache, drafter, text, start, k, sampling: SamplingConfig, rng,
+                      constraint=None, state=0):
     """One round: draft k guesses, verify them in one target pass, accept or resample, roll
     the target's cache back. Returns the new tokens (the kept guesses, then one more), the
-    number of guesses proposed, and the target's logits that predicted each new token.
+    number of guesses proposed, and the target's logits that predicted each new token (masked
+    by the constraint, in `state` after `text`, if there is one).
 
     The target sees the view text[start:] (the window). Cache invariant: on entry the cache
     holds the keys and values of a prefix of the view (all of it but what is new since the
@@ -174,9 +188,11 @@ def speculative_round(target, cache, drafter, text, start, k, sampling: Sampling
     still unread. The drafter rolls its own cache back the same way at its next proposal.
     """
     view = len(text) - start
-    guesses, q = drafter.propose(text, k, rng)  # 1. draft: k guesses and their q
+    guesses, q, states = drafted(drafter, text, k, rng, constraint, state)  # 1. draft
     fresh = text[start + cache.length:] + guesses  # what the target's cache lacks
     logits = target.forward(np.array([fresh]), cache, last=len(guesses) + 1)[0]  # 2. verify
+    if states is not None:  # the mask, the first filter of every verified position
+        logits = masked_logits(logits, [constraint] * len(states), states)
     kept, token = accept_or_resample(logits, guesses, q, text, start, sampling, rng)  # 3.
     cache.truncate(view + kept)  # 4. roll back: forget the rejected guesses
     return guesses[:kept] + [token], len(guesses), logits[:kept + 1]
@@ -215,30 +231,3 @@ def score_round(new, logits, view, sampling: SamplingConfig):
     (`view`: the text the target saw before them, the penalties' history)."""
     history = [view + new[:i] for i in range(len(new))] if sampling.penalises else None
     return score(filtered_probs(logits, sampling, history), logits, new)
-
-
-def make_drafter(draft, vocab, sampling: SamplingConfig, ngram, tokenizer=None):
-    """A drafter from what the caller gave: a Model, "ngram", or a ready drafter object.
-
-    A draft model must speak the target's tokenizer (`tokenizer`), not only have as many ids:
-    the same id must mean the same text. Tokenizers carried in both files are compared; a model
-    without one is taken on trust, with a warning.
-    """
-    if isinstance(draft, str):
-        if draft != "ngram":
-            raise ValueError(f"draft: expected a model or 'ngram', got {draft!r}")
-        return NgramDrafter(vocab, n=ngram)
-    if hasattr(draft, "propose"):
-        return draft
-    if draft.config.vocab_size != vocab:
-        raise ValueError(f"draft: its vocabulary has {draft.config.vocab_size} tokens, the "
-                         f"target's {vocab}; both must share one tokenizer")
-    theirs = getattr(draft, "tokenizer", None)
-    if theirs is None or tokenizer is None:
-        if theirs is not tokenizer:
-            warnings.warn("draft: the draft or the target model carries no tokenizer, so they "
-                          "cannot be checked to share one", stacklevel=3)
-    elif not theirs.same_tokens(tokenizer):
-        raise ValueError("draft: its tokenizer differs from the target's; both must share one "
-                         "tokenizer (the same ids for the same text)")
-    return ModelDrafter(draft, sampling)

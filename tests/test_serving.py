@@ -292,20 +292,24 @@ DRAFT = minillm.random_model(minillm.ModelConfig(
     n_kv_heads=1, d_ff=8), seed=4, dtype="float64", std=0.5)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=80)  # cheap, and constrained rounds are a few of each
 @given(requests=st.lists(st.tuples(st.lists(st.integers(0, 31), min_size=1, max_size=12),
                                    st.sampled_from([None, "ngram", "model"]),
-                                   st.integers(1, 4), st.integers(0, 3), KNOBS),
+                                   st.integers(1, 4), st.integers(0, 3), KNOBS,
+                                   st.sampled_from(CONSTRAINTS)),
                          min_size=1, max_size=4),
        block_size=st.integers(1, 5), budget=st.integers(5, 16))
 def test_speculative_requests_equal_speculative_generate_alone(requests, block_size, budget):
-    """Requests decoding with a drafter (a draft model or prompt lookup) beside plain ones:
-    each speculating request's tokens and logprobs equal speculative_generate's alone (the same
-    guesses, the same draws), the plain ones generate's; every block comes back."""
+    """Requests decoding with a drafter (a draft model or prompt lookup) beside plain ones,
+    constrained or not: each speculating request's tokens and logprobs equal
+    speculative_generate's alone (the same guesses, the same masks, the same draws), the plain
+    ones generate's; every block comes back."""
     engine = Engine(MODEL, block_size=block_size, max_batch_tokens=budget)
     expected = {}
-    for prompt, draft, k, seed, knobs in requests:
+    for prompt, draft, k, seed, knobs, constraint in requests:
         drafter = DRAFT if draft == "model" else draft
+        if constraint is not None:
+            knobs = {**knobs, "constraint": constraint}
         rid = engine.add_request(prompt, max_new_tokens=10, seed=seed, logprobs=True,
                                  draft=drafter, k=k, **knobs)
         if draft is None:
@@ -320,7 +324,7 @@ def test_speculative_requests_equal_speculative_generate_alone(requests, block_s
         assert [o.token for o in outputs[rid]] == tokens
         np.testing.assert_allclose([o.logprob for o in outputs[rid]], logprobs, atol=1e-10)
     assert engine.stats.blocks_in_use == 0
-    if any(draft for _, draft, _, _, _ in requests):
+    if any(draft for _, draft, _, _, _, _ in requests):
         assert engine.stats.guesses >= engine.stats.accepted
 
 

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import minillm
-from minillm import speculative
-from minillm.drafters import ModelDrafter, lookup
+from minillm import drafters, speculative
+from minillm.constrain import regex
+from minillm.constrain.constraint import DONE, advance, allowed, guess_states, masked_logits
+from minillm.drafters import ModelDrafter, NgramDrafter, drafted, lookup
 from minillm.sampling import SamplingConfig
 from minillm.generate import generate
 from minillm.sampling import draw, filtered_probs
@@ -184,6 +186,143 @@ def test_negative_control_always_accepting_is_detected(monkeypatch):
     monkeypatch.setattr(speculative, "accept", always_accept)
     with pytest.raises(AssertionError, match="do not follow the target"):
         follows_the_target(DRAFT, KNOBS["plain"])
+
+
+# -- with a constraint: both distributions masked, the rule still exact ----------------------
+
+class Pieces:
+    """TARGET's tokenizer for constraints: ids 0, 1, 2 are the texts "a", "b", "ab"; 3 ends
+    generation."""
+
+    eos_token_ids = (3,)
+
+    def __len__(self):
+        return VOCAB
+
+    def token_bytes(self, i):
+        return [b"a", b"b", b"ab", b"<eos>"][i]
+
+
+END = Pieces.eos_token_ids[0]
+# The end token masked unless the text ends in "a", and "b" after "ab": most steps mask some
+# of the draft's q; a weaker mask would let the negative controls below pass unseen.
+MASKED = regex("b?(?:a|ba)+", Pieces())
+# Prompt lookup's first guess after it is the end token, not allowed at the start: the test
+# sees guesses rejected by p = 0.
+LOOKUP_PROMPT = [2, 3, 0, 2]
+
+
+def exact_constrained_distribution(constraint, knobs, n=NEW) -> np.ndarray:
+    """exact_sequence_distribution's array (V,) * n for constrained outputs: the knobs on the
+    masked logits of fresh forward passes, every output enumerated; one that ends before n
+    tokens is padded with end tokens (nothing else ever follows one, so no two collide)."""
+    config, exact = SamplingConfig(**knobs), np.zeros((VOCAB,) * n)
+
+    def walk(new, state, p):
+        if state == DONE or len(new) == n:
+            exact[tuple(new + [END] * (n - len(new)))] += p
+            return
+        z = TARGET.forward(np.array([LOOKUP_PROMPT + new]))[0, -1]
+        probs = filtered_probs(masked_logits(z[None], [constraint], [state])[0], config,
+                               [LOOKUP_PROMPT + new])
+        for t in map(int, np.flatnonzero(probs)):
+            walk(new + [t], advance(constraint, state, t), p * probs[t])
+
+    walk([], 0, 1.0)
+    return exact
+
+
+def follows_the_constrained_target(draft, knobs, runs=3000, k=2):
+    """follows_the_target with a constraint, MASKED: the same chi-square at the 0.1% level (a
+    correct sampler fails with probability 1e-3; the seeds are fixed, so every run gives the
+    same verdict), against the enumerated constrained distribution."""
+    def sample_fn(seed):
+        out, _ = speculative_generate(TARGET, draft, LOOKUP_PROMPT, max_new_tokens=NEW, k=k,
+                                      seed=seed, constraint=MASKED, **knobs)
+        new = out[len(LOOKUP_PROMPT):]
+        return new + [END] * (NEW - len(new))
+
+    exact = exact_constrained_distribution(MASKED, knobs)
+    assert abs(exact.sum() - 1) < 1e-12
+    check_speculative_distribution(sample_fn, exact, runs=runs, seed=1234)
+
+
+@pytest.mark.parametrize("draft, name", [
+    ("model", "plain"),  # in the quick run; the others slow
+    *(pytest.param(d, n, marks=pytest.mark.slow) for d, n in (
+        ("model", "filtered"), ("model", "penalty"), ("ngram", "plain"), ("ngram", "filtered")))])
+def test_constrained_output_follows_the_masked_target_distribution(draft, name):
+    """The draft model masked as the target (it guesses only allowed tokens), or prompt lookup
+    unmasked (its guesses checked: one not allowed is rejected by p = 0): whole outputs follow
+    the target's constrained distribution."""
+    follows_the_constrained_target(DRAFT if draft == "model" else "ngram", KNOBS[name])
+
+
+class UnmaskedQDrafter(ModelDrafter):
+    """A wrong drafter: it draws its guesses under the mask but reports the unmasked q."""
+
+    def propose(self, text, k, rng, constraint=None, state=0):
+        guesses, q = super().propose(text, k, rng, constraint, state)
+        for i in range(len(guesses)):
+            logits = self.model.forward(np.array([text + guesses[:i]]))[0, -1]
+            q[i] = filtered_probs(logits, self.sampling, [text + guesses[:i]])
+        return guesses, q
+
+
+class UnmaskedDrafter(ModelDrafter):
+    """An honest drafter that ignores the constraint: it draws from its unmasked q and says
+    so; its guesses the constraint does not allow are rejected by p = 0."""
+
+    def propose(self, text, k, rng, constraint=None, state=0):
+        return super().propose(text, k, rng)
+
+
+def cut_before(constraint, state, guesses):
+    """A wrong guess_states: it cuts the guesses before the first one not allowed, so the
+    position's token comes from p instead of the rejection's residual (exact only when q is
+    a point mass)."""
+    states = [state]
+    for token in guesses:
+        if states[-1] == DONE or not allowed(constraint, states[-1], VOCAB)[token]:
+            break
+        states.append(advance(constraint, states[-1], token))
+    return states
+
+
+@pytest.mark.parametrize("drafter, cut, passes", [
+    (ModelDrafter, guess_states, True), (UnmaskedQDrafter, guess_states, False),
+    (UnmaskedDrafter, guess_states, True), (UnmaskedDrafter, cut_before, False)],
+    ids=["honest", "unmasked_q", "unmasked_draft", "unmasked_draft_cut_before"])
+@pytest.mark.slow
+def test_negative_controls_a_wrong_q_or_a_cut_before_the_guess_is_detected(drafter, cut, passes,
+                                                                          monkeypatch):
+    """The same test passes with the masked draft, and with an unmasked one whose guesses
+    not allowed are rejected by p = 0; it fails with a q that is not the distribution the
+    guesses came from, and when a guess not allowed is cut before it is verified."""
+    monkeypatch.setattr(drafters, "guess_states", cut)
+    drafter = drafter(FLAT_DRAFT, SamplingConfig(**KNOBS["plain"]))
+    if passes:
+        follows_the_constrained_target(drafter, KNOBS["plain"])
+    else:
+        with pytest.raises(AssertionError, match="do not follow the target"):
+            follows_the_constrained_target(drafter, KNOBS["plain"])
+
+
+def test_a_guess_not_allowed_is_the_last_verified_and_an_end_token_ends_the_guesses():
+    """guess_states: "ab" then "b" (not allowed after "ab") ends the guesses, verified; so
+    does an end token, after which nothing is verified. Prompt lookup's guesses are cut the
+    same way (drafted)."""
+    c = MASKED
+    after_a, after_ab = advance(c, 0, 0), advance(c, 0, 2)
+    assert guess_states(c, 0, [2, 1, 0]) == [0, after_ab, DONE]
+    assert guess_states(c, after_a, [END, 0]) == [after_a, DONE]
+    assert guess_states(c, 0, []) == [0]
+    # Prompt lookup guesses "a", "ab", "b" (what followed the earlier end token): "b" after
+    # "aab" is the last verified.
+    guesses, q, states = drafted(NgramDrafter(VOCAB), [END, 0, 2, 1, END], 3,
+                                 np.random.default_rng(0), c, 0)
+    assert guesses == [0, 2, 1] and states == [0, after_a, advance(c, after_a, 2), DONE]
+    assert q.shape == (3, VOCAB)
 
 
 # -- greedy: the same text, token for token ---------------------------------------------------

@@ -146,3 +146,21 @@ def advanced(constraints, states, tokens, rows) -> list:
         if constraints[r] is not None:
             states[r] = advance(constraints[r], states[r], int(tokens[r]))
     return states
+
+
+# -- a block of guesses, as speculative decoding verifies them -----------------------------
+
+def guess_states(constraint: Constraint, state: int, guesses) -> list:
+    """The states the target's rows of a round are masked by: states[i] after guesses[:i],
+    for the guesses worth verifying, guesses[:len(states) - 1]. They end after the first guess
+    the constraint does not allow (verified all the same: its masked p is 0, so the rule
+    rejects it, exact whatever q drew it) and after an end token (nothing may follow); the
+    state after either is DONE, a row no token of the output is drawn from, left unmasked."""
+    states = [state]
+    for token in guesses:
+        if states[-1] == DONE:
+            break
+        mask = allowed(constraint, states[-1], constraint.size)
+        ok = 0 <= token < constraint.size and mask[token]
+        states.append(advance(constraint, states[-1], token) if ok else DONE)
+    return states

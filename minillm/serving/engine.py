@@ -112,8 +112,8 @@ class Engine:
         stop_text = start_text(self.model.tokenizer, text) if config.stop_strings else None
         speculation = None if draft is None else Speculation.make(
             draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
-        if draft is not None and (prompt_logprobs is not None or constraint is not None):
-            raise ValueError("prompt_logprobs, constraint: not with draft (speculative serving)")
+        if draft is not None and prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs: not with draft (speculative serving)")
         if constraint is not None:
             constraint = row_constraints(constraint, 1, cfg.vocab_size)[0]
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
@@ -150,7 +150,7 @@ class Engine:
         """Run one step: the scheduled chunks through the model in one pass, a token for every
         request whose text is computed (a round's tokens for a speculating one); returns them."""
         work = self.scheduler.schedule()
-        guesses = draft_rounds(work)  # id -> (guesses, q): a round drafts before the pass
+        guesses = draft_rounds(work)  # id -> (guesses, q, states): drafted before the pass
         outputs = []
         for (request, n), z in zip(work, self._forward(work, guesses) if work else []):
             if request.id in guesses:  # a round: the kept guesses and the next token

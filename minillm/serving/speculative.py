@@ -8,10 +8,12 @@ is a round once its prompt is read:
        min(k, what the context and max_new_tokens leave) guesses, all or nothing within the
        step's budget; until the budget holds that, chunks of its prompt that leave its last
        token to the round;
-    2. draft_rounds (the engine, before the pass): the drafter proposes guesses and their q;
+    2. draft_rounds (the engine, before the pass): the drafter proposes guesses and their q
+       (with a constraint, from the request's state: drafters.drafted);
     3. end_round (the engine, after the pass): the logits of the round's last k + 1
-       positions keep or resample the guesses (accept_or_resample); the kept guesses count as
-       computed, the rejected positions are forgotten and the blocks wholly past them go back.
+       positions, masked by the constraint, keep or resample the guesses (accept_or_resample);
+       the kept guesses count as computed, the rejected positions are forgotten and the
+       blocks wholly past them go back.
 
 The same sizes, the same guesses and the same draws as speculative_generate alone, so the same
 tokens and log-probabilities (tests/test_serving.py).
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..constrain.constraint import masked_logits
+from ..drafters import drafted, make_drafter
 from ..knobs import checked
-from ..speculative import accept_or_resample, make_drafter, score_round
+from ..speculative import accept_or_resample, score_round
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,19 +55,22 @@ class Speculation:
 
 
 def draft_rounds(work) -> dict:
-    """Before the pass: request id -> (guesses, q) of every request whose step is a round (it
-    computes the rest of its text and guesses)."""
-    return {r.id: r.speculation.drafter.propose(r.text, n - r.to_compute, r.rng)
+    """Before the pass: request id -> (guesses, q, states) of every request whose step is a
+    round (it computes the rest of its text and guesses)."""
+    return {r.id: drafted(r.speculation.drafter, r.text, n - r.to_compute, r.rng, r.constraint,
+                          r.state)
             for r, n in work if r.speculation is not None and n >= r.to_compute}
 
 
-def end_round(engine, request, guesses, q, logits) -> tuple[list, list | None]:
+def end_round(engine, request, guesses, q, states, logits) -> tuple[list, list | None]:
     """After the pass: the guesses judged by the logits (k + 1, V) of the positions that
-    predict them and the one after, as speculative_round judges them alone; the kept ones
-    count as computed (the next token's position stays unread), the blocks wholly past them
-    go back. Returns the new tokens (the kept guesses, then the next one) and, if asked, their
-    ScoredTokens."""
+    predict them and the one after, masked by `states` (None: no constraint), as
+    speculative_round judges them alone; the kept ones count as computed (the next token's
+    position stays unread), the blocks wholly past them go back. Returns the new tokens (the
+    kept guesses, then the next one) and, if asked, their ScoredTokens."""
     sampling = request.config.sampling
+    if states is not None:
+        logits = masked_logits(logits, [request.constraint] * len(states), states)
     kept, token = accept_or_resample(logits, guesses, q, request.text, 0, sampling, request.rng)
     engine.counts.guesses += len(guesses)
     engine.counts.accepted += kept
