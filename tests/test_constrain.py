@@ -130,7 +130,8 @@ def test_utf8_sequences_encode_exactly_the_set(spans, probes):
 @pytest.mark.parametrize("pattern, message", [
     ("a(b", "not closed"), ("*a", "nothing to repeat"), (r"\p{L}", "not read"),
     ("a{3,2}", "bounds"), ("(?=a)", "groups"), ("a^b", "anchors"), ("[b-a]", "range"),
-    ("[^\\x00-\\U0010ffff]", "not read"), ("a{1000}{1000}", "too large")])
+    ("[^\\x00-\\U0010ffff]", "not read"), ("(?:a{1000}){1000}", "too large"),
+    ("a**", "multiple repeat"), ("a{2}*", "multiple repeat"), ("a*+a", "possessive")])
 def test_a_pattern_outside_the_subset_is_refused_saying_why(pattern, message):
     with pytest.raises(ValueError, match=message):
         regex(pattern, TOKENIZER)

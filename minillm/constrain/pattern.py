@@ -90,19 +90,24 @@ def ends_in_anchor(reader: Reader) -> bool:
 
 
 def quantified(reader: Reader, node):
-    """node followed by ? * + {m} {m,} {m,n}, any number of them."""
-    while True:
-        c = reader.peek()
-        if c in ("?", "*", "+"):
-            reader.take()
-            low, high = {"?": (0, 1), "*": (0, None), "+": (1, None)}[c]
-        elif c == "{" and bounds_follow(reader, reader.at):
-            low, high = bounds(reader)
-        else:
-            return node
-        if reader.peek() == "?":  # lazy: the same language
-            reader.take()
-        node = ("repeat", node, low, high)
+    """node, or node followed by one of ? * + {m} {m,} {m,n} (and a lazy `?`): a second
+    quantifier is refused as re refuses it, and re's possessive `*+` (which changes the
+    language) is not read."""
+    c = reader.peek()
+    if c in ("?", "*", "+"):
+        reader.take()
+        low, high = {"?": (0, 1), "*": (0, None), "+": (1, None)}[c]
+    elif c == "{" and bounds_follow(reader, reader.at):
+        low, high = bounds(reader)
+    else:
+        return node
+    if reader.peek() == "?":  # lazy: the same language
+        reader.take()
+    if reader.peek() in ("?", "*", "+") or (reader.peek() == "{"
+                                            and bounds_follow(reader, reader.at)):
+        reader.fail("multiple repeat (a possessive quantifier is not read; group the "
+                    "repeated part to repeat it again)")
+    return ("repeat", node, low, high)
 
 
 def bounds_follow(reader: Reader, brace: int) -> bool:
