@@ -82,11 +82,8 @@ def compiled(tree, tokenizer, source: str) -> Constraint:
         automaton = determinize(*thompson(tree))
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None
-    c = Constraint(source, automaton, index(automaton, vocabulary(tokenizer)), len(tokenizer))
-    if not allowed(c, 0, c.size).any():
-        raise ValueError(f"{source}: no token of this vocabulary can begin a text of the "
-                         "language")
-    return c
+    return Constraint(source, automaton, index(automaton, vocabulary(tokenizer)),
+                      len(tokenizer))
 
 
 def allowed(constraint: Constraint, state: int, vocab_size: int) -> np.ndarray:
@@ -160,7 +157,8 @@ def guess_states(constraint: Constraint, state: int, guesses) -> list:
     for token in guesses:
         if states[-1] == DONE:
             break
-        mask = allowed(constraint, states[-1], constraint.size)
-        ok = 0 <= token < constraint.size and mask[token]
-        states.append(advance(constraint, states[-1], token) if ok else DONE)
+        try:
+            states.append(advance(constraint, states[-1], token))
+        except ValueError:  # not allowed here
+            states.append(DONE)
     return states

@@ -40,6 +40,7 @@ import numpy as np
 
 from .dfa import reachable
 
+
 @dataclass(frozen=True)
 class Vocabulary:
     """The tokenizer's tokens as the index reads them: each token's text, and their byte

@@ -21,7 +21,7 @@ import json
 import numpy as np
 
 from ..constrain import choice, json_schema, regex
-from ..constrain.constraint import DONE, advance, allowed
+from ..constrain.constraint import DONE, advance, allowed, masked_logits
 from ..sampling import filtered_probs
 from .fields import ENDPOINTS, RequestError
 
@@ -81,7 +81,7 @@ def read_steps(constraint, rows, tokens, knobs: dict, top: int, piece) -> list[d
         V = z.size
         mask = allowed(constraint, state, V)  # (V,)
         model_p = filtered_probs(z)  # the model's own distribution, T = 1, no mask
-        kept = filtered_probs(np.where(mask, z, -np.inf), **knobs)  # what the draw used
+        kept = filtered_probs(masked_logits(z[None], [constraint], [state])[0], **knobs)
         by_model = np.argsort(-model_p, kind="stable")
         rank = np.empty(V, dtype=np.int64)
         rank[by_model] = np.arange(1, V + 1)

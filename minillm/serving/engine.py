@@ -160,9 +160,9 @@ class Engine:
                 self.count_computed(request, n)
                 reading = request.computed < len(request.text)  # its prompt's next chunk waits
                 ends = not reading and request.config.max_new_tokens == 0
-                if scored or ends:  # no token drawn: the prompt's scores, or its end
-                    outputs.append(Output(request.id, None, None, ends, "length" * ends or None,
-                                          prompt=scored))
+                if scored or ends:  # the prompt's scores (before any token), or its end
+                    outputs.append(Output(request.id, None, None, ends,
+                                          "length" if ends else None, prompt=scored))
                 if ends:
                     self.finish(request)
                 if reading or ends:
