@@ -1,8 +1,7 @@
-"""The paged KV cache as a forward pass sees it, a step's requests read and written through
-their block tables (block_manager.py): `PagedBatch`, a row per request, all computing as many
-new tokens (decodes); `PackedBatch`, chunks of different lengths end to end in one row. Each
-answers what Model.forward asks of any cache (kv_cache.py) and reads a request's keys and
-values in a contiguous cache's order, so the logits are the contiguous cache's.
+"""A step's requests as Model.forward's cache (kv_cache.py says what it asks), their keys and
+values read and written through their block tables (block_manager.py), in a contiguous cache's
+order, so the logits are the contiguous cache's: `PagedBatch`, a row per request, all computing
+as many new tokens (decodes); `PackedBatch`, chunks of different lengths end to end in one row.
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ class PagedBatch:
     tables: list  # per row, its block ids
     length: np.ndarray  # (B,) positions computed per row: where its new tokens start
     attend: Callable = field(default=attention, repr=False)  # the model's attention
-    slots: tuple | None = None  # where the new positions go (slots_of_new_positions), per pass
+    slots: tuple | None = None  # where the new positions go (blocks, offsets, tables), a pass
 
     def check_fits(self, shape, dtype) -> None:
         check_fits(self.pool, len(self.tables), shape, dtype)
@@ -61,23 +60,17 @@ class PagedBatch:
     def append(self, layer: int, k: np.ndarray, v: np.ndarray):
         """Write k, v (B, K, T, d) at positions [length_r, length_r + T) of each row's blocks;
         return every row's keys and values, (B, K, S, d), S = max_r length_r + T."""
-        if self.slots is None:  # the same blocks for every layer: found once per pass
-            self.slots = self.slots_of_new_positions(k.shape[2])
-        blocks, offsets, tables, S = self.slots
+        T, bs = k.shape[2], self.pool.block_size
+        S = int(self.length.max()) + T
+        if self.slots is None:  # the same blocks in every layer: found once per pass
+            n = blocks_for(S, bs)  # the rows' tables as one (B, n) array, padded with a block
+            tables = np.array([t[:n] + t[:1] * (n - len(t[:n])) for t in self.tables])
+            new = self.length[:, None] + np.arange(T)  # (B, T) the new positions
+            self.slots = np.take_along_axis(tables, new // bs, axis=1), new % bs, tables
+        blocks, offsets, tables = self.slots
         write(self.pool, layer, blocks, offsets, k, v)
-        keys = gather(self.pool.k[layer, tables])[:, :, :S]  # (B, K, S, d)
-        values = gather(self.pool.v[layer, tables])[:, :, :S]
-        return keys, values
-
-    def slots_of_new_positions(self, T: int):
-        """(blocks, offsets) of the T new positions of every row, (B, T) each; the rows'
-        tables as one (B, n) array, each padded with its first block to the longest; S."""
-        bs, S = self.pool.block_size, int(self.length.max()) + T
-        n = blocks_for(S, bs)
-        tables = np.array([table[:n] + table[:1] * (n - len(table[:n]))
-                           for table in self.tables])  # (B, n)
-        new = self.length[:, None] + np.arange(T)  # (B, T) the new positions
-        return np.take_along_axis(tables, new // bs, axis=1), new % bs, tables, S
+        return (gather(self.pool.k[layer, tables])[:, :, :S],  # (B, K, S, d)
+                gather(self.pool.v[layer, tables])[:, :, :S])
 
     def advance(self, n: int) -> None:
         """Count the n positions just appended to every row as computed."""
@@ -123,14 +116,11 @@ class PackedBatch:
         key_starts = np.cumsum(widths) - widths
         self.spans = [Span(slice(q, q + n), slice(k, k + e))
                       for q, n, k, e in zip(query_starts, self.counts, key_starts, ends)]
-        # (S / bs,) the blocks read, each request's in table order
-        self.blocks = np.concatenate([table[:w // bs] for table, w in zip(self.tables, widths)])
+        self.blocks = np.concatenate([t[:w // bs] for t, w in zip(self.tables, widths)])  # (S/bs,)
         positions = np.concatenate([np.arange(a, e) for a, e in zip(self.length, ends)])  # (T,)
-        # Where the new tokens' keys and values go: their index among the keys, as (block,
-        # offset), (1, T) each.
-        index = np.repeat(key_starts, self.counts) + positions
-        self.positions, self.slots = positions[None], (self.blocks[index // bs][None],
-                                                       (index % bs)[None])
+        index = np.repeat(key_starts, self.counts) + positions  # the new tokens among the keys
+        self.positions = positions[None]
+        self.slots = self.blocks[index // bs][None], (index % bs)[None]  # (block, offset), (1, T)
 
     def check_fits(self, shape, dtype) -> None:
         check_fits(self.pool, 1, shape, dtype)  # one packed row

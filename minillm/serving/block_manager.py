@@ -3,17 +3,14 @@ cache, in one owner. Position p of a request's text lives in block table[p // bl
 
     k[layer, table[p // block_size], p % block_size]     the keys of position p, (K, d)
 
-so a request holds the blocks its text fills, whatever the context (all layers share one
-table: Gemma 3's local layers free none early, its global ones read it all).
-
-Prefix caching: a full block's hash chains the hash of the block before it with its tokens,
+so a request holds the blocks its text fills, whatever the context (all layers share a table).
+Prefix caching: a full block's hash chains the hash before it with its tokens (64-bit ids),
 
     h_0 = SHA-256(tokens[0:bs])        h_i = SHA-256(h_{i-1} + tokens[i bs:(i+1) bs])
 
-(tokens as 64-bit ids): equal hashes mean equal texts up to the block's end (a collision of
-SHA-256 aside), hence equal keys and values. A joining request points its table at the longest
-run of cached blocks its text starts with. A cached block nobody holds waits, least recently
-used first, until a block is needed and the free list is empty; only then is it evicted.
+so equal hashes mean equal texts up to the block's end, hence equal keys and values. A joining
+request points its table at the longest run of cached blocks its text starts with. A cached
+block nobody holds waits, least recently used first, until the free list is empty.
 """
 from __future__ import annotations
 
@@ -43,11 +40,6 @@ class BlockManager:
         self.cached = {}  # hash -> the block cached under it
         self.unheld = OrderedDict()  # cached blocks nobody holds, least recently used first
 
-    def can_allocate(self, request, n: int) -> bool:
-        """Whether n more positions of `request` find blocks, free or cached and unheld."""
-        need = blocks_for(request.computed + n, self.block_size) - len(request.table)
-        return need <= len(self.free) + len(self.unheld)
-
     def reuse_prefix(self, request) -> None:
         """Point a joining request's table at the longest run of cached blocks its text starts
         with, counted as computed; at least its last token (whose logits draw) is left."""
@@ -65,10 +57,14 @@ class BlockManager:
             request.table.append(block)
         request.computed = len(request.table) * bs
 
-    def allocate(self, request, n: int) -> None:
-        """Blocks for positions up to computed + n (can_allocate said there are enough)."""
-        while len(request.table) < blocks_for(request.computed + n, self.block_size):
-            request.table.append(self.new_block())
+    def allocate(self, request, n: int) -> bool:
+        """Take blocks for positions up to computed + n if the free and the cached unheld ones
+        hold them; else take none and say False."""
+        need = blocks_for(request.computed + n, self.block_size) - len(request.table)
+        if need > len(self.free) + len(self.unheld):
+            return False
+        request.table += [self.new_block() for _ in range(need)]
+        return True
 
     def new_block(self) -> int:
         """A block for new positions, now held once: a free one, else the least recently used
@@ -97,18 +93,13 @@ class BlockManager:
             h = self.hashes[table[i]] = block_hash(previous, request.text[i * bs:(i + 1) * bs])
             self.cached.setdefault(h, table[i])
 
-    def give_back_past(self, request) -> None:
-        """Give back the blocks wholly past the request's computed positions (a speculative
-        round's rejected guesses): only this request held them, and none is cached."""
-        while len(request.table) > blocks_for(request.computed, self.block_size):
+    def release(self, request, keep: int = 0) -> None:
+        """Give back the request's blocks past its first `keep`, the last first (keep 0: all of
+        them, and it starts over; else a speculative round's blocks wholly past its kept text).
+        One nobody holds any more stays cached, at the recently used end of the LRU, or is free:
+        a chain's tail is evicted before its head, which more texts share."""
+        while len(request.table) > keep:
             block = request.table.pop()
-            self.refs[block] -= 1
-            self.free.append(block)
-
-    def release(self, request) -> None:
-        """Give back every block of the request: one nobody holds any more stays cached (the
-        most recently used end of the LRU) or is free; the request starts over."""
-        for block in request.table:
             self.refs[block] -= 1
             if self.refs[block] == 0:
                 if self.is_cached(block):
@@ -116,7 +107,7 @@ class BlockManager:
                 else:
                     self.hashes[block] = None
                     self.free.append(block)
-        request.table, request.computed = [], 0
+        request.computed = min(request.computed, keep * self.block_size)
 
     def is_cached(self, block: int) -> bool:
         """Whether the prefix cache finds `block` under its hash."""

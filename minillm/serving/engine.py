@@ -28,8 +28,8 @@ from .speculative import Speculation, draft_rounds, end_round
 
 class Output(NamedTuple):
     """A request's new token, whether it is finished and why ("stop": a stop token or string,
-    "length": max_new_tokens), and if asked ln p of the token as drawn and under the model's own
-    logits (generate's raw_logprobs), and the top_logprobs likeliest (token, ln p) (Request)."""
+    "length": max_new_tokens); if asked, ln p of the token as drawn and under the model's own
+    logits (generate's raw_logprobs), and the top_logprobs likeliest (token, ln p)."""
 
     request_id: int
     token: int | None
@@ -83,14 +83,14 @@ class Engine:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
         num_blocks = num_blocks or blocks_for(max(cfg.context_length, 2 ** 14), block_size)
-        self.model, self.max_batch_tokens = model, max_batch_tokens
         # model.zeros: pages untouched until a block is written (the fast model's: ordinary ones)
         shape = (cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         self.block_manager = BlockManager(model.zeros(shape), model.zeros(shape), prefix_caching)
+        self.model, self.max_batch_tokens = model, max_batch_tokens
+        self.counts = Stats()  # what has been done (stats adds the blocks now)
         self.scheduler = Scheduler(self.block_manager, max_batch_tokens, cfg.context_length,
-                                   max_prefill_tokens)
-        self.requests = {}  # id -> Request, until it finishes
-        self.next_id, self.counts = 0, Stats()  # the engine's own counts (stats adds the rest)
+                                   max_prefill_tokens, self.counts)
+        self.requests, self.next_id = {}, 0  # id -> Request, until it finishes
 
     def add_request(self, prompt_ids, config=None, *, logprobs: bool = False, rng=None,
                     draft=None, k: int = default("k"), ngram: int = default("ngram"),
@@ -102,18 +102,18 @@ class Engine:
         constraint: the output's language, its mask the first filter (as in generate).
         prompt_logprobs: score every prompt token in the passes that read it (Output.prompt:
         ln p at temperature 1 and this many likeliest); max_new_tokens 0 then scores only."""
-        cfg = self.model.config
+        cfg, model = self.model.config, self.model
         prompts, batch = check_prompts(prompt_ids, cfg.vocab_size, cfg.context_length)
         if batch:
             raise ValueError("prompt_ids: one prompt per request, not a batch")
-        config = generation_config(config, self.model, **knobs)
-        self.scheduler.check_fits(len(prompts[0]), config.max_new_tokens)
-        text = prompts[0].tolist()
-        stop_text = start_text(self.model.tokenizer, text) if config.stop_strings else None
-        speculation = None if draft is None else Speculation.make(
-            draft, k, ngram, self.model, config.sampling, self.max_batch_tokens)
         if draft is not None and prompt_logprobs is not None:
             raise ValueError("prompt_logprobs: not with draft (speculative serving)")
+        config = generation_config(config, model, **knobs)
+        self.scheduler.check_fits(len(prompts[0]), config.max_new_tokens)
+        text = prompts[0].tolist()
+        stop_text = start_text(model.tokenizer, text) if config.stop_strings else None
+        speculation = None if draft is None else Speculation.make(
+            draft, k, ngram, model, config.sampling, self.max_batch_tokens)
         if constraint is not None:
             constraint = row_constraints(constraint, 1, cfg.vocab_size)[0]
         request = Request(self.next_id, text, len(text), config, random_generator(config, rng),
@@ -131,8 +131,7 @@ class Engine:
 
     def finish(self, request: Request) -> None:
         """The request leaves: it is forgotten and its blocks go back."""
-        del self.requests[request.id]
-        self.scheduler.finish(request)
+        self.scheduler.finish(self.requests.pop(request.id))
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
@@ -140,10 +139,8 @@ class Engine:
     @property
     def stats(self) -> Stats:
         """What the engine has done, and the pool's blocks now (Stats documents each count)."""
-        manager, scheduler = self.block_manager, self.scheduler
-        return replace(self.counts, preemptions=scheduler.preemptions,
-                       prompt_tokens_reused=scheduler.prompt_tokens_reused,
-                       blocks_in_use=sum(r > 0 for r in manager.refs),
+        manager = self.block_manager
+        return replace(self.counts, blocks_in_use=sum(r > 0 for r in manager.refs),
                        blocks_free=len(manager.free), blocks_cached=len(manager.unheld))
 
     def step(self) -> list[Output]:
@@ -154,22 +151,14 @@ class Engine:
         outputs = []
         for (request, n), z in zip(work, self._forward(work, guesses) if work else []):
             if request.id in guesses:  # a round: the kept guesses and the next token
-                new, scores = end_round(self, request, *guesses[request.id], z)
+                drawn = end_round(self, request, *guesses[request.id], z)
             else:
-                scored = self._score_prompt(request, z)
-                self.count_computed(request, n)
-                reading = request.computed < len(request.text)  # its prompt's next chunk waits
-                ends = not reading and request.config.max_new_tokens == 0
-                if scored or ends:  # the prompt's scores (before any token), or its end
-                    outputs.append(Output(request.id, None, None, ends,
-                                          "length" if ends else None, prompt=scored))
-                if ends:
-                    self.finish(request)
-                if reading or ends:
-                    continue
-                new, scores = self._draw(request, z[-1])
-            for i, token in enumerate(new):
-                outputs.append(self._emit(request, token, scores and scores[i]))
+                outputs += self._read(request, n, z)
+                if request.id not in self.requests or request.to_compute:
+                    continue  # it ended with its prompt, or its prompt's next chunk waits
+                drawn = [self._draw(request, z[-1])]
+            for token, *scores in drawn:
+                outputs.append(self._emit(request, token, *scores))
                 if outputs[-1].finished:
                     break
         self.counts.steps += 1
@@ -202,32 +191,40 @@ class Engine:
         self.counts.prompt_tokens_computed += min(n, prompt_left)
         self.block_manager.cache_full_blocks(request)
 
-    def _score_prompt(self, request: Request, logits) -> tuple:
-        """The prompt tokens that the pass's logits (n, V) predict, each scored once (a
-        preempted request reads its prompt again); () unless asked."""
-        if request.prompt_logprobs is None:
-            return ()
-        scored = tuple(score_positions(logits, request.text[:request.prompt_length],
-                                       request.computed, request.scored, request.prompt_logprobs))
-        request.scored += len(scored)
-        return scored
+    def _read(self, request: Request, n: int, logits) -> list[Output]:
+        """Count n more positions computed, and if asked score the prompt tokens the pass's
+        logits (n, V) predict, each once (a preempted request reads its prompt again); a request
+        of max_new_tokens 0 ends with its prompt."""
+        scored = ()
+        if request.prompt_logprobs is not None:
+            scored = tuple(score_positions(logits, request.text[:request.prompt_length],
+                                           request.computed, request.scored,
+                                           request.prompt_logprobs))
+            request.scored += len(scored)
+        self.count_computed(request, n)
+        ends = request.to_compute == 0 and request.config.max_new_tokens == 0
+        if ends:
+            self.finish(request)
+        return [Output(request.id, None, None, ends, "length" if ends else None,
+                       prompt=scored)] if scored or ends else []
 
-    def _draw(self, request: Request, logits) -> tuple[list, list | None]:
-        """([the next token], [its ScoredToken + top entries] if asked), as generate draws."""
+    def _draw(self, request: Request, logits) -> tuple:
+        """(the next token, and if asked its ln p as drawn and under the model's own logits and
+        the top entries), as generate draws it."""
         logits = logits if request.process is None else request.process(request, logits)
         if request.constraint is not None:  # the mask, the first filter
             logits = masked_logits(logits[None], [request.constraint], [request.state])[0]
         probs = filtered_probs(logits[None], request.config.sampling, np.array([request.text]))
         token = int(choose(probs, request.config.sampling, request.rng)[0])
         if not request.logprobs:
-            return [token], None
+            return token, None, None, None
         with np.errstate(divide="ignore"):  # p = 0: ln p = -inf, never listed
             logp = log_softmax(logits) if request.logprobs == "raw" else np.log(probs[0])
-        top = tuple(top_entries(logp, request.top_logprobs))
-        return [token], [(*score(probs, logits[None], [token])[0], top)]
+        return (*score(probs, logits[None], [token])[0],
+                tuple(top_entries(logp, request.top_logprobs)))
 
-    def _emit(self, request: Request, token: int, scored) -> Output:
-        """The text grows by `token` (scored: its ScoredToken, if asked); it may finish."""
+    def _emit(self, request: Request, token: int, logprob, raw_logprob, top) -> Output:
+        """The text grows by `token` (with its scores, None unless asked); it may finish."""
         request.text.append(token)
         request.new_tokens += 1
         self.counts.decode_tokens += 1
@@ -241,5 +238,4 @@ class Engine:
             else None
         if reason is not None:
             self.finish(request)
-        logprob, raw, top = (*scored[1:], None)[:3] if scored else (None, None, None)
-        return Output(request.id, token, logprob, reason is not None, reason, raw, top)
+        return Output(request.id, token, logprob, reason is not None, reason, raw_logprob, top)

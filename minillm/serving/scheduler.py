@@ -8,10 +8,9 @@ reading its prompt. Each step, within `max_batch_tokens`:
     2. running requests still reading their prompt take its next chunk (chunked prefill);
     3. waiting requests join, oldest first, each with a first chunk (after reusing the cached
        blocks its text starts with), while the budget and the blocks last;
-prompt chunks (2, 3) taking at most `max_prefill_tokens` beside decoding rows. A chunk needs
-blocks for its new positions (block_manager.py); when none can be handed out, the newest
-running request is preempted: its blocks go back, it waits at the head of the queue and
-computes its whole text anew (its blocks may still be cached then).
+
+prompt chunks (2, 3) taking at most `max_prefill_tokens` beside decoding rows. When a chunk
+finds no blocks (block_manager.py), the newest running request is preempted.
 """
 from __future__ import annotations
 
@@ -51,26 +50,18 @@ class Request:
         """Tokens still to compute: 1 when decoding, more while reading the prompt."""
         return len(self.text) - self.computed
 
-    def chunk(self, budget: int, context_length: int) -> int:
-        """How many positions this request computes in a step within `budget` (0: it waits):
-        the next chunk of its text, or a speculating request's (speculative.py)."""
-        if self.speculation is None:
-            return min(self.to_compute, budget)
-        return self.speculation.chunk(self, budget, context_length)
-
 
 class Scheduler:
     """The waiting queue (oldest first) and the running requests (in the order they joined),
-    and the blocks they hold."""
+    and the blocks they hold; it counts its preemptions and reused prompt positions in `counts`
+    (the engine's Stats)."""
 
     def __init__(self, block_manager, max_batch_tokens: int, context_length: int,
-                 max_prefill_tokens: int | None = None):
-        self.block_manager = block_manager
+                 max_prefill_tokens: int | None, counts):
+        self.block_manager, self.counts = block_manager, counts
         self.max_batch_tokens, self.context_length = max_batch_tokens, context_length
         self.max_prefill_tokens = max_prefill_tokens or max_batch_tokens
         self.waiting, self.running = deque(), []
-        self.preemptions = 0
-        self.prompt_tokens_reused = 0  # prompt positions found in the prefix cache
 
     def check_fits(self, prompt_length: int, max_new_tokens: int) -> None:
         """Refuse a request that could pass the context (the engine does not slide) or the pool."""
@@ -89,12 +80,12 @@ class Scheduler:
         self.block_manager.release(request)
 
     def schedule(self) -> list[tuple[Request, int]]:
-        """The next step's work: (request, how many of its tokens to compute), every block it
-        needs taken. Running requests go in the order they joined, the decoding ones first, so
-        the newest (preempted when blocks run out) is never one already given work. Waiting
-        requests join until one is left with part of its prompt unread: a prompt read in
-        chunks is read alone, so that its blocks are cached before the next requests come (but
-        a prompt being scored, which reuses no block, holds no one up: self.chunk)."""
+        """The next step's work: (request, how many of its tokens to compute), its blocks taken.
+        Running requests go in the order they joined, so the newest (preempted when blocks run
+        out) is never one already given work. Waiting requests join until one is left with part
+        of its prompt unread: a prompt read in chunks is read alone, so that its blocks are
+        cached before the next requests come (a prompt being scored reuses none: it holds no
+        one up)."""
         budget, work = self.max_batch_tokens, []
         manager = self.block_manager
         decoding = any(r.to_compute == 1 for r in self.running)
@@ -112,39 +103,36 @@ class Scheduler:
             request = self.waiting[0]
             manager.reuse_prefix(request)
             n = self.chunk(request, prefill)
-            if n == 0 or not manager.can_allocate(request, n):
+            if n == 0 or not manager.allocate(request, n):
                 manager.release(request)  # no room: it waits, holding nothing
                 break
             self.running.append(self.waiting.popleft())
             request.cached_tokens = min(request.computed, request.prompt_length)
-            self.prompt_tokens_reused += request.cached_tokens
-            manager.allocate(request, n)
+            self.counts.prompt_tokens_reused += request.cached_tokens
             work.append((request, n))
-            budget, prefill = budget - n, prefill - n
+            prefill -= n  # (<= the budget left)
         return work
 
     def chunk(self, request: Request, budget: int) -> int:
-        """Request.chunk; for a prompt being scored (the logits of each of its positions are
-        held) at most max_prefill_tokens, and half of that while others wait to join."""
+        """How many positions `request` computes in a step within `budget` (0: it waits): the
+        next chunk of its text, a speculating request's round (speculative.py), and a prompt
+        being scored (the logits of each of its positions held) at most max_prefill_tokens, half
+        of that while others wait to join."""
+        if request.speculation is not None:
+            return request.speculation.chunk(request, budget, self.context_length)
         if request.prompt_logprobs is not None:
             budget = min(budget, max(1, self.max_prefill_tokens // (1 + bool(self.waiting))))
-        return request.chunk(budget, self.context_length)
+        return min(request.to_compute, budget)
 
     def make_room(self, request: Request, n: int) -> bool:
         """Take the blocks `request` needs for n more positions, preempting the newest running
-        requests while they cannot be handed out; False if `request` itself gave way."""
-        while not self.block_manager.can_allocate(request, n):
-            newest = self.running[-1]
-            self.preempt(newest)
+        request while too few are left: its blocks go back, and it waits at the head of the
+        queue to compute its whole text again. False if `request` itself gave way."""
+        while not self.block_manager.allocate(request, n):
+            newest = self.running.pop()
+            self.block_manager.release(newest)
+            self.waiting.appendleft(newest)
+            self.counts.preemptions += 1
             if newest is request:
                 return False
-        self.block_manager.allocate(request, n)
         return True
-
-    def preempt(self, request: Request) -> None:
-        """Give every block back; the request waits at the head of the queue and will compute
-        its whole text again."""
-        self.running.remove(request)
-        self.block_manager.release(request)
-        self.waiting.appendleft(request)
-        self.preemptions += 1

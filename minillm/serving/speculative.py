@@ -4,7 +4,7 @@ every other request's tokens, and ends as speculative_generate's round alone (sp
 A request added with `draft=` carries a `Speculation` (its drafter and k), and each of its steps
 is a round once its prompt is read:
 
-    1. size (the scheduler, Request.chunk -> Speculation.chunk): the rest of its text and
+    1. size (the scheduler, Scheduler.chunk -> Speculation.chunk): the rest of its text and
        min(k, what the context and max_new_tokens leave) guesses, all or nothing within the
        step's budget; until the budget holds that, chunks of its prompt that leave its last
        token to the round;
@@ -26,6 +26,7 @@ from ..constrain.constraint import masked_logits
 from ..drafters import drafted, make_drafter
 from ..knobs import checked
 from ..speculative import accept_or_resample, score_round
+from .block_manager import blocks_for
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,12 +63,13 @@ def draft_rounds(work) -> dict:
             for r, n in work if r.speculation is not None and n >= r.to_compute}
 
 
-def end_round(engine, request, guesses, q, states, logits) -> tuple[list, list | None]:
+def end_round(engine, request, guesses, q, states, logits) -> list[tuple]:
     """After the pass: the guesses judged by the logits (k + 1, V) of the positions that
     predict them and the one after, masked by `states` (None: no constraint), as
     speculative_round judges them alone; the kept ones count as computed (the next token's
     position stays unread), the blocks wholly past them go back. Returns the new tokens (the
-    kept guesses, then the next one) and, if asked, their ScoredTokens."""
+    kept guesses, then the next one) as (token, ln p as drawn, ln p raw, None), the scores
+    None unless asked."""
     sampling = request.config.sampling
     if states is not None:
         logits = masked_logits(logits, [request.constraint] * len(states), states)
@@ -75,8 +77,10 @@ def end_round(engine, request, guesses, q, states, logits) -> tuple[list, list |
     engine.counts.guesses += len(guesses)
     engine.counts.accepted += kept
     engine.count_computed(request, request.to_compute + kept)
-    engine.block_manager.give_back_past(request)
+    manager = engine.block_manager
+    manager.release(request, keep=blocks_for(request.computed, manager.block_size))
     new = guesses[:kept] + [token]
-    scores = (score_round(new, logits[:kept + 1], request.text, sampling) if request.logprobs
-              else None)
-    return new, scores
+    if not request.logprobs:
+        return [(t, None, None, None) for t in new]
+    return [(*scored, None) for scored in score_round(new, logits[:kept + 1], request.text,
+                                                      sampling)]
