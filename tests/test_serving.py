@@ -205,6 +205,17 @@ def test_a_prompt_of_whole_cached_blocks_still_computes_its_last_token():
     assert engine.stats.prompt_tokens_reused == 3
 
 
+def test_a_finished_chain_is_evicted_from_its_tail():
+    """A finished request's cached blocks are evicted last block first, so a request that needs
+    room takes the chain's tail and the next request that starts alike still finds its head."""
+    first, other = [3, 4, 5, 6, 7, 8, 9, 10, 11], [20, 21, 22, 23, 24]
+    engine = Engine(MODEL, block_size=2, num_blocks=6)  # `first` takes 5 blocks: 4 full
+    for prompt in (first, other, first):  # `other` takes the free one and the oldest unheld
+        rid = engine.add_request(prompt, max_new_tokens=1, seed=0)
+        assert [o.token for o in run(engine)[rid]] == alone(MODEL, prompt, 1, 0, {})[0]
+    assert engine.stats.prompt_tokens_reused == 6  # blocks 0-2 of `first`; its 4th was taken
+
+
 @pytest.mark.parametrize("caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_preemption_and_a_small_pool_change_no_output(caching):
     prompts = [[i % 7 + 1] * (5 + 3 * i) for i in range(5)]
