@@ -8,7 +8,6 @@ reading its prompt. Each step, within `max_batch_tokens`:
     2. running requests still reading their prompt take its next chunk (chunked prefill);
     3. waiting requests join, oldest first, each with a first chunk (after reusing the cached
        blocks its text starts with), while the budget and the blocks last;
-
 prompt chunks (2, 3) taking at most `max_prefill_tokens` beside decoding rows. When a chunk
 finds no blocks (block_manager.py), the newest running request is preempted.
 """
