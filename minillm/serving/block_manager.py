@@ -8,9 +8,10 @@ Prefix caching: a full block's hash chains the hash before it with its tokens (6
 
     h_0 = SHA-256(tokens[0:bs])        h_i = SHA-256(h_{i-1} + tokens[i bs:(i+1) bs])
 
-so equal hashes mean equal texts up to the block's end, hence equal keys and values. A joining
-request points its table at the longest run of cached blocks its text starts with. A cached
-block nobody holds waits, least recently used first, until the free list is empty.
+so equal hashes mean equal texts up to the block's end (a SHA-256 collision aside), hence equal
+keys and values. A joining request points its table at the longest run of cached blocks its
+text starts with. A cached block nobody holds waits, least recently used first, until the free
+list is empty.
 """
 from __future__ import annotations
 
