@@ -45,6 +45,8 @@ import subprocess
 import sys
 import time
 
+from minillm.testing.adapters.grammars import llguidance_tokenizer, outlines_vocabulary
+
 REGEXES = {  # outlines-core's benchmarks/bench_regex_guide.py (time: \d, \s spelled [0-9], [ ])
     "email": (r"[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9]"
               r"(?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?",
@@ -147,12 +149,7 @@ def constraint(tok, kind, source):
 def outlines_core_index(tok):
     import outlines_core
 
-    special = set(tok.special_tokens.values())
-    texts = {}
-    for i in range(len(tok)):
-        if i not in special:
-            texts.setdefault(tok.token_bytes(i), []).append(i)
-    vocabulary = outlines_core.Vocabulary(tok.eos_token_ids[0], texts)
+    vocabulary = outlines_vocabulary(tok)
 
     def make(kind, source, ids):
         pattern = source if kind == "regex" else \
@@ -165,16 +162,7 @@ def outlines_core_index(tok):
 def llguidance_masks(tok):
     import llguidance
 
-    class Wrapped:  # what llguidance.TokenizerWrapper reads
-        eos_token_id, bos_token_id = tok.eos_token_ids[0], None
-        tokens = [tok.token_bytes(i) for i in range(len(tok))]
-        special_token_ids = sorted(tok.special_tokens.values())
-
-        def __call__(self, data):
-            return tok.encode(data.decode("utf-8", "replace"))
-
-    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(Wrapped()),
-                                   eos_token=list(tok.eos_token_ids))
+    lltok = llguidance_tokenizer(tok)
 
     def make(kind, source, ids):
         if kind == "regex":

@@ -24,6 +24,7 @@ import pytest
 from minillm.constrain import json_schema, regex
 from minillm.constrain.constraint import advance, allowed
 from minillm.files.registry import cache_folder, npz_name
+from minillm.testing.adapters.grammars import llguidance_tokenizer, outlines_vocabulary
 
 llguidance = pytest.importorskip("llguidance")
 outlines_core = pytest.importorskip("outlines_core")
@@ -110,24 +111,7 @@ def tok():
 @pytest.fixture(scope="module")
 def peers(tok):
     """(outlines_core.Vocabulary, llguidance.LLTokenizer) of minillm's token bytes."""
-    special = set(tok.special_tokens.values())
-    texts = {}
-    for i in range(len(tok)):
-        if i not in special:
-            texts.setdefault(tok.token_bytes(i), []).append(i)
-    vocabulary = outlines_core.Vocabulary(tok.eos_token_ids[0], texts)
-
-    class Wrapped:  # what llguidance.TokenizerWrapper reads
-        eos_token_id, bos_token_id = tok.eos_token_ids[0], None
-        tokens = [tok.token_bytes(i) for i in range(len(tok))]
-        special_token_ids = sorted(special)
-
-        def __call__(self, data):
-            return tok.encode(data.decode("utf-8", "replace"))
-
-    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(Wrapped()),
-                                   eos_token=list(tok.eos_token_ids))
-    return vocabulary, lltok
+    return outlines_vocabulary(tok), llguidance_tokenizer(tok)
 
 
 # -- the peers' masks --------------------------------------------------------------------
