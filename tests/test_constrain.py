@@ -207,6 +207,19 @@ def test_the_trie_walk_equals_a_plain_walk_on_any_vocabulary(pattern, pieces):
         np.testing.assert_array_equal(walk_all(c.automaton, c.index.vocabulary, state), plain)
 
 
+def assert_no_dead_end(c, vocab_size: int, note=()) -> None:
+    """Every state reached from the start through allowed tokens allows some token."""
+    visited, to_visit = set(), [0]
+    while to_visit:
+        state = to_visit.pop()
+        if state in visited or state == DONE:
+            continue
+        visited.add(state)
+        mask = allowed(c, state, vocab_size)
+        assert mask.any(), (*note, state)
+        to_visit += [advance(c, state, int(t)) for t in np.flatnonzero(mask)]
+
+
 def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends():
     """Tokens "a", "ab", "bd", "c" and no "d": "ab" starts "abd" but no token can follow it
     there, so pruning masks it; "a" then "bd" or "c" still spell the language, and every
@@ -214,15 +227,7 @@ def test_a_vocabulary_that_cannot_spell_every_byte_is_pruned_and_never_dead_ends
     tok = ByteTokenizer(pieces=(b"ab", b"bd", b"c"), single_bytes=b"a")
     c = regex("abd|ac", tok)
     assert not allowed(c, 0, len(tok))[tok.pieces.index(b"ab")]
-    seen, todo = set(), [0]
-    while todo:
-        state = todo.pop()
-        if state in seen or state == DONE:
-            continue
-        seen.add(state)
-        mask = allowed(c, state, len(tok))
-        assert mask.any()
-        todo += [advance(c, state, int(t)) for t in np.flatnonzero(mask)]
+    assert_no_dead_end(c, len(tok))
     after_a = c.automaton.walk(b"a")
     assert allowed(c, after_a, len(tok))[[tok.pieces.index(b"bd"), tok.pieces.index(b"c")]].all()
     with pytest.raises(ValueError, match="no sequence of this vocabulary"):
@@ -240,15 +245,7 @@ def test_no_state_the_tokens_reach_is_a_dead_end(pattern, missing):
     except ValueError as e:
         assert "no sequence of this vocabulary" in str(e)
         return
-    seen, todo = set(), [0]
-    while todo:
-        state = todo.pop()
-        if state in seen or state == DONE:
-            continue
-        seen.add(state)
-        mask = allowed(c, state, len(tok))
-        assert mask.any(), (pattern, missing, state)
-        todo += [advance(c, state, int(t)) for t in np.flatnonzero(mask)]
+    assert_no_dead_end(c, len(tok), (pattern, missing))
 
 
 def test_the_vocabulary_is_read_once_per_tokenizer():
