@@ -214,8 +214,9 @@ class Engine:
         logits = logits if request.process is None else request.process(request, logits)
         if request.constraint is not None:  # the mask, the first filter
             logits = masked_logits(logits[None], [request.constraint], [request.state])[0]
-        probs = filtered_probs(logits[None], request.config.sampling, np.array([request.text]))
-        token = int(choose(probs, request.config.sampling, request.rng)[0])
+        sampling = request.config.sampling  # the penalties read only the last window's tokens
+        probs = filtered_probs(logits[None], sampling, [request.text[-sampling.penalty_window:]])
+        token = int(choose(probs, sampling, request.rng)[0])
         if not request.logprobs:
             return token, None, None, None
         with np.errstate(divide="ignore"):  # p = 0: ln p = -inf, never listed
